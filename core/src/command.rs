@@ -1,0 +1,188 @@
+//! Commands: every mutation of the registry as a value. A command carries
+//! the time it was issued (the leader's clock once replicated), so applying
+//! it never reads a clock and every replica reaches the same state.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    InstanceKey, InstancePatch, InstanceSpec, Millis, NamespaceId, Owner, ServiceKey, ServiceKind,
+    ServiceMeta, ServiceMetaPatch,
+};
+
+/// A mutation and the time it was issued.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Command {
+    /// When it was issued, epoch ms.
+    pub at: Millis,
+    /// What to do.
+    pub op: Op,
+}
+
+impl Command {
+    /// A command issued at `at`.
+    pub fn new(at: Millis, op: Op) -> Self {
+        Self { at, op }
+    }
+}
+
+/// Why instances left a service. Subscribers see it on removals, so an
+/// update that empties a service says why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RemovalCause {
+    /// The owner deregistered it.
+    Deregistered,
+    /// Its beats stopped for longer than the delete timeout.
+    Expired,
+    /// Its owner node left or was cut off longer than the grace period.
+    OwnerLost,
+    /// The connection that registered it closed.
+    ConnectionClosed,
+    /// The owner re-registered the service without it.
+    Replaced,
+}
+
+/// Who decided a health change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HealthSource {
+    /// The liveness rules (beats or their absence) for an instance held by
+    /// `owner`; ignored if the instance changed owner meanwhile.
+    Liveness {
+        /// The owner the decision was made for.
+        owner: Owner,
+    },
+    /// An operator (`PUT /ns/health/instance`); persistent instances only.
+    Operator,
+}
+
+/// How an instance update finds its instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum UpdateMode {
+    /// Nacos `PUT /instance`: stored as an overlay on the service, applied
+    /// now and to later registrations of that instance.
+    Overlay,
+    /// Nacos `PATCH /instance`: the instance must exist.
+    Existing,
+}
+
+/// The mutations.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Op {
+    /// Replace `owner`'s entry in `service` with `instances` (one, or a
+    /// batch; an empty batch deregisters). Creates the service if needed.
+    Register {
+        /// The service.
+        service: ServiceKey,
+        /// The publishing owner.
+        owner: Owner,
+        /// The owner's complete entry for the service.
+        instances: Vec<InstanceSpec>,
+    },
+    /// Remove `owner`'s whole entry in `service`.
+    Deregister {
+        /// The service.
+        service: ServiceKey,
+        /// The owner.
+        owner: Owner,
+    },
+    /// Remove everything `owner` published, in every service.
+    RemoveOwner {
+        /// The owner.
+        owner: Owner,
+        /// Why (connection closed, owner lost).
+        cause: RemovalCause,
+    },
+    /// Change an instance's weight, enabled flag or metadata.
+    UpdateInstance {
+        /// The service.
+        service: ServiceKey,
+        /// The instance.
+        key: InstanceKey,
+        /// The change.
+        patch: InstancePatch,
+        /// Overlay or existing-only.
+        mode: UpdateMode,
+    },
+    /// Set an instance's healthy flag.
+    SetHealth {
+        /// The service.
+        service: ServiceKey,
+        /// The instance.
+        key: InstanceKey,
+        /// New flag.
+        healthy: bool,
+        /// Who decided.
+        source: HealthSource,
+    },
+    /// Remove an instance whose beats stopped, if `owner` still owns it.
+    Expire {
+        /// The service.
+        service: ServiceKey,
+        /// The instance.
+        key: InstanceKey,
+        /// The owner the expiry was decided for.
+        owner: Owner,
+    },
+    /// Create a service through the service API.
+    CreateService {
+        /// The service.
+        service: ServiceKey,
+        /// Ephemeral or persistent.
+        kind: ServiceKind,
+        /// Its metadata.
+        meta: ServiceMeta,
+    },
+    /// Change a service's metadata.
+    UpdateService {
+        /// The service.
+        service: ServiceKey,
+        /// The change.
+        patch: ServiceMetaPatch,
+    },
+    /// Delete an empty service.
+    DeleteService {
+        /// The service.
+        service: ServiceKey,
+    },
+    /// Remove implicitly created services that have been empty for the
+    /// configured time as of the command's timestamp.
+    PurgeEmptyServices,
+    /// Create a namespace explicitly.
+    CreateNamespace {
+        /// Its id.
+        namespace: NamespaceId,
+        /// Display name.
+        name: String,
+        /// Description.
+        description: String,
+    },
+    /// Rename or re-describe an explicitly created namespace.
+    UpdateNamespace {
+        /// Its id.
+        namespace: NamespaceId,
+        /// Display name.
+        name: String,
+        /// Description.
+        description: String,
+    },
+    /// Delete an explicitly created namespace that holds no services.
+    DeleteNamespace {
+        /// Its id.
+        namespace: NamespaceId,
+    },
+}
+
+impl Op {
+    /// Whether this mutation only removes or demotes (deregistrations,
+    /// expiry, health changes): such commands go ahead of registrations so
+    /// that a flood of registrations never delays a removal.
+    pub fn is_urgent(&self) -> bool {
+        matches!(
+            self,
+            Op::Deregister { .. }
+                | Op::RemoveOwner { .. }
+                | Op::SetHealth { .. }
+                | Op::Expire { .. }
+                | Op::PurgeEmptyServices
+        )
+    }
+}

@@ -1,0 +1,173 @@
+//! Changes: what applying a command did, each with its revision. The same
+//! values feed the change log (watch resume), the liveness tracker and, in
+//! the server, pushes to subscribers.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    Error, Instance, InstanceKey, Millis, NamespaceId, RemovalCause, ServiceKey, ServiceKind,
+    ServiceMeta,
+};
+
+/// One change to the registry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Change {
+    /// Its revision: one cluster-wide counter, strictly increasing.
+    pub revision: u64,
+    /// The timestamp of the command that made it.
+    pub at: Millis,
+    /// What happened.
+    pub event: Event,
+}
+
+/// What happened.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Event {
+    /// An instance appeared.
+    InstanceAdded {
+        /// Its service.
+        service: ServiceKey,
+        /// The instance.
+        instance: Instance,
+    },
+    /// An instance changed (health, weight, metadata, owner, ...).
+    InstanceChanged {
+        /// Its service.
+        service: ServiceKey,
+        /// The instance as it is now.
+        instance: Instance,
+    },
+    /// An instance left.
+    InstanceRemoved {
+        /// Its service.
+        service: ServiceKey,
+        /// The instance as it was.
+        instance: Instance,
+        /// Why.
+        cause: RemovalCause,
+    },
+    /// A service appeared.
+    ServiceCreated {
+        /// The service.
+        service: ServiceKey,
+        /// Ephemeral or persistent.
+        kind: ServiceKind,
+        /// Metadata if created through the service API.
+        meta: Option<ServiceMeta>,
+    },
+    /// A service's metadata changed.
+    ServiceUpdated {
+        /// The service.
+        service: ServiceKey,
+        /// The metadata as it is now.
+        meta: ServiceMeta,
+    },
+    /// A service was deleted or purged.
+    ServiceRemoved {
+        /// The service.
+        service: ServiceKey,
+    },
+    /// A namespace was created or updated explicitly.
+    NamespaceSaved {
+        /// The namespace.
+        namespace: NamespaceId,
+        /// Display name.
+        name: String,
+        /// Description.
+        description: String,
+    },
+    /// An explicit namespace was deleted.
+    NamespaceRemoved {
+        /// The namespace.
+        namespace: NamespaceId,
+    },
+}
+
+impl Event {
+    /// The service it concerns, if any.
+    pub fn service(&self) -> Option<&ServiceKey> {
+        match self {
+            Event::InstanceAdded { service, .. }
+            | Event::InstanceChanged { service, .. }
+            | Event::InstanceRemoved { service, .. }
+            | Event::ServiceCreated { service, .. }
+            | Event::ServiceUpdated { service, .. }
+            | Event::ServiceRemoved { service } => Some(service),
+            Event::NamespaceSaved { .. } | Event::NamespaceRemoved { .. } => None,
+        }
+    }
+
+    /// The namespace it concerns.
+    pub fn namespace(&self) -> &NamespaceId {
+        match self {
+            Event::NamespaceSaved { namespace, .. } | Event::NamespaceRemoved { namespace } => {
+                namespace
+            }
+            other => {
+                &other
+                    .service()
+                    .expect("every other event names a service")
+                    .namespace
+            }
+        }
+    }
+
+    /// The instance key, for instance events.
+    pub fn instance_key(&self) -> Option<InstanceKey> {
+        match self {
+            Event::InstanceAdded { instance, .. }
+            | Event::InstanceChanged { instance, .. }
+            | Event::InstanceRemoved { instance, .. } => Some(instance.key()),
+            _ => None,
+        }
+    }
+}
+
+/// The bounded log of recent changes, oldest first. It serves resume for a
+/// single service and for whole namespace or group views alike.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ChangeLog {
+    entries: VecDeque<Change>,
+    capacity: usize,
+}
+
+impl ChangeLog {
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self {
+            entries: VecDeque::with_capacity(capacity.min(4096)),
+            capacity,
+        }
+    }
+
+    pub(crate) fn push(&mut self, change: Change) {
+        if self.capacity == 0 {
+            return;
+        }
+        if self.entries.len() == self.capacity {
+            self.entries.pop_front();
+        }
+        self.entries.push_back(change);
+    }
+
+    /// Every change with a revision above `after`, given that `current` is
+    /// the registry's revision. Errs if any of them has left the log, or if
+    /// `after` is from the future (another cluster or an earlier life).
+    pub(crate) fn since(
+        &self,
+        after: u64,
+        current: u64,
+    ) -> Result<std::collections::vec_deque::Iter<'_, Change>, Error> {
+        let oldest = self.entries.front().map_or(current + 1, |c| c.revision);
+        if after > current || after + 1 < oldest {
+            return Err(Error::HistoryCompacted {
+                requested: after,
+                oldest,
+            });
+        }
+        // Revisions in the log are consecutive, so the position is arithmetic.
+        let skip = usize::try_from(after + 1 - oldest).unwrap_or(usize::MAX);
+        Ok(self.entries.range(skip.min(self.entries.len())..))
+    }
+}

@@ -1,0 +1,518 @@
+//! Instances: what a provider registers (`InstanceSpec`), what the registry
+//! stores (`Instance`), who owns it (`Owner`) and the per-instance health
+//! timeouts read from Nacos' preserved metadata keys. Validation of an
+//! instance lives here, so every adapter refuses the same inputs.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{ClusterName, Error, Millis, ServiceKey};
+
+/// Instance or service metadata: sorted so listings and snapshots are stable.
+pub type Metadata = BTreeMap<String, String>;
+
+/// Metadata key: the v1 beat period told to clients, in ms.
+pub const META_BEAT_INTERVAL: &str = "preserved.heart.beat.interval";
+/// Metadata key: no beat for this long (ms) makes the instance unhealthy.
+pub const META_BEAT_TIMEOUT: &str = "preserved.heart.beat.timeout";
+/// Metadata key: no beat for this long (ms) removes the instance.
+pub const META_DELETE_TIMEOUT: &str = "preserved.ip.delete.timeout";
+
+/// Largest accepted instance weight, as in Nacos.
+pub const MAX_WEIGHT: f64 = 10_000.0;
+
+/// Whether a service holds ephemeral or persistent instances. Fixed when the
+/// service is created; the two never mix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ServiceKind {
+    /// Instances live as long as their owner's connection or beats.
+    Ephemeral,
+    /// Instances live until deregistered.
+    Persistent,
+}
+
+impl ServiceKind {
+    /// `true` for [`ServiceKind::Ephemeral`].
+    pub fn is_ephemeral(self) -> bool {
+        self == ServiceKind::Ephemeral
+    }
+}
+
+impl fmt::Display for ServiceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ServiceKind::Ephemeral => "ephemeral",
+            ServiceKind::Persistent => "persistent",
+        })
+    }
+}
+
+/// Who published an instance. Each owner publishes at most one entry (one
+/// or several instances) per service, and a new registration by the same
+/// owner replaces that entry, as Nacos 2.x does.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Owner {
+    /// A long-lived client connection (Nacos gRPC, native API) held by `node`.
+    Connection {
+        /// The node holding the connection.
+        node: u64,
+        /// The connection id.
+        id: String,
+    },
+    /// A v1 HTTP client kept alive by beats (`ip:port#true` in Nacos).
+    Beat {
+        /// Instance ip.
+        ip: String,
+        /// Instance port.
+        port: u16,
+    },
+    /// A persistent registration (`ip:port#false` in Nacos).
+    Persistent {
+        /// Instance ip.
+        ip: String,
+        /// Instance port.
+        port: u16,
+    },
+}
+
+impl Owner {
+    /// The kind of service this owner's instances belong in.
+    pub fn kind(&self) -> ServiceKind {
+        match self {
+            Owner::Persistent { .. } => ServiceKind::Persistent,
+            Owner::Connection { .. } | Owner::Beat { .. } => ServiceKind::Ephemeral,
+        }
+    }
+}
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Owner::Connection { node, id } => write!(f, "{id}@node{node}"),
+            Owner::Beat { ip, port } => write!(f, "{ip}:{port}#true"),
+            Owner::Persistent { ip, port } => write!(f, "{ip}:{port}#false"),
+        }
+    }
+}
+
+/// Where an instance sits inside its service: its identity for updates,
+/// health changes and removal.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct InstanceKey {
+    /// Instance ip (or host name).
+    pub ip: String,
+    /// Instance port.
+    pub port: u16,
+    /// Cluster.
+    pub cluster: ClusterName,
+}
+
+impl fmt::Display for InstanceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}@{}", self.ip, self.port, self.cluster)
+    }
+}
+
+/// Beat period and the two liveness timeouts of one instance, in ms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthTimeouts {
+    /// How often the client should beat (`clientBeatInterval`).
+    pub beat_interval: Millis,
+    /// No beat for this long: healthy -> unhealthy.
+    pub unhealthy_after: Millis,
+    /// No beat for this long: removed.
+    pub delete_after: Millis,
+}
+
+impl Default for HealthTimeouts {
+    /// Nacos' defaults: 5 s, 15 s, 30 s.
+    fn default() -> Self {
+        Self {
+            beat_interval: 5_000,
+            unhealthy_after: 15_000,
+            delete_after: 30_000,
+        }
+    }
+}
+
+impl HealthTimeouts {
+    /// Reads the preserved metadata keys over `defaults`. A present but
+    /// malformed or inconsistent value is an error naming the key.
+    pub fn from_metadata(metadata: &Metadata, defaults: HealthTimeouts) -> Result<Self, Error> {
+        let read = |key: &'static str, default: Millis| -> Result<Millis, Error> {
+            match metadata.get(key) {
+                None => Ok(default),
+                Some(raw) => match raw.trim().parse::<Millis>() {
+                    Ok(ms) if ms > 0 => Ok(ms),
+                    _ => Err(Error::invalid(
+                        "metadata",
+                        format!("{key} must be a positive number of milliseconds, got '{raw}'"),
+                    )),
+                },
+            }
+        };
+        let timeouts = Self {
+            beat_interval: read(META_BEAT_INTERVAL, defaults.beat_interval)?,
+            unhealthy_after: read(META_BEAT_TIMEOUT, defaults.unhealthy_after)?,
+            delete_after: read(META_DELETE_TIMEOUT, defaults.delete_after)?,
+        };
+        if timeouts.unhealthy_after < timeouts.beat_interval
+            || timeouts.delete_after < timeouts.beat_interval
+        {
+            return Err(Error::invalid(
+                "metadata",
+                "Instance 'heart beat timeout' and 'ip delete timeout' must greater than 'heart beat interval'",
+            ));
+        }
+        Ok(timeouts)
+    }
+}
+
+/// Size limits on what a client may store; part of the registry's options
+/// so every replica refuses the same commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Most metadata entries per instance or service.
+    pub max_metadata_entries: usize,
+    /// Longest metadata key, in bytes.
+    pub max_metadata_key_bytes: usize,
+    /// Longest metadata value, in bytes.
+    pub max_metadata_value_bytes: usize,
+    /// Most instances in one registration (a batch).
+    pub max_instances_per_registration: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_metadata_entries: 64,
+            max_metadata_key_bytes: 256,
+            max_metadata_value_bytes: 4096,
+            max_instances_per_registration: 1000,
+        }
+    }
+}
+
+impl Limits {
+    /// Checks a metadata map against the limits.
+    pub fn check_metadata(&self, metadata: &Metadata) -> Result<(), Error> {
+        if metadata.len() > self.max_metadata_entries {
+            return Err(Error::invalid(
+                "metadata",
+                format!(
+                    "{} entries, more than the limit of {}",
+                    metadata.len(),
+                    self.max_metadata_entries
+                ),
+            ));
+        }
+        for (key, value) in metadata {
+            if key.is_empty() || key.len() > self.max_metadata_key_bytes {
+                return Err(Error::invalid(
+                    "metadata",
+                    format!(
+                        "key '{}' must be 1 to {} bytes",
+                        truncate(key),
+                        self.max_metadata_key_bytes
+                    ),
+                ));
+            }
+            if value.len() > self.max_metadata_value_bytes {
+                return Err(Error::invalid(
+                    "metadata",
+                    format!(
+                        "value of '{}' is {} bytes, more than the limit of {}",
+                        truncate(key),
+                        value.len(),
+                        self.max_metadata_value_bytes
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn truncate(s: &str) -> &str {
+    match s.char_indices().nth(40) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+/// What a provider asks to register: the client-given fields of an instance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InstanceSpec {
+    /// Client-chosen instance id; generated when `None` or blank.
+    pub instance_id: Option<String>,
+    /// Ip or host name.
+    pub ip: String,
+    /// Port.
+    pub port: u16,
+    /// Weight, 0 to 10000.
+    pub weight: f64,
+    /// Initial health.
+    pub healthy: bool,
+    /// Disabled instances are hidden from queries and pushes.
+    pub enabled: bool,
+    /// Cluster.
+    pub cluster: ClusterName,
+    /// Metadata.
+    pub metadata: Metadata,
+}
+
+impl InstanceSpec {
+    /// A healthy, enabled instance of weight 1 in the default cluster.
+    pub fn new(ip: impl Into<String>, port: u16) -> Self {
+        Self {
+            instance_id: None,
+            ip: ip.into(),
+            port,
+            weight: 1.0,
+            healthy: true,
+            enabled: true,
+            cluster: ClusterName::default_cluster(),
+            metadata: Metadata::new(),
+        }
+    }
+
+    /// The key this instance will have in its service.
+    pub fn key(&self) -> InstanceKey {
+        InstanceKey {
+            ip: self.ip.clone(),
+            port: self.port,
+            cluster: self.cluster.clone(),
+        }
+    }
+}
+
+/// Checks an ip or host name: non-blank, short, no whitespace.
+pub fn check_ip(ip: &str) -> Result<(), Error> {
+    if ip.trim().is_empty() {
+        return Err(Error::invalid("ip", "must not be blank"));
+    }
+    if ip.len() > 253 || ip.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(Error::invalid(
+            "ip",
+            "must be an address or host name of at most 253 bytes without whitespace",
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a weight: finite, 0 to 10000.
+pub fn check_weight(weight: f64) -> Result<(), Error> {
+    if !weight.is_finite() || !(0.0..=MAX_WEIGHT).contains(&weight) {
+        return Err(Error::invalid(
+            "weight",
+            format!("The weights range from 0.0 to {MAX_WEIGHT}, got {weight}"),
+        ));
+    }
+    Ok(())
+}
+
+/// A registered instance as the registry stores and serves it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Instance {
+    /// Instance id (client-given, or `ip#port#cluster#group@@service`).
+    pub instance_id: String,
+    /// Ip or host name.
+    pub ip: String,
+    /// Port.
+    pub port: u16,
+    /// Weight.
+    pub weight: f64,
+    /// Health as last decided by registration, beats or an operator.
+    pub healthy: bool,
+    /// Disabled instances are hidden from queries and pushes.
+    pub enabled: bool,
+    /// Ephemeral or persistent (always that of its service).
+    pub kind: ServiceKind,
+    /// Cluster.
+    pub cluster: ClusterName,
+    /// Metadata.
+    pub metadata: Metadata,
+    /// Zone: metadata `zone` if present, else the cluster name.
+    pub zone: String,
+    /// Beat period and liveness timeouts.
+    pub timeouts: HealthTimeouts,
+    /// Who published it.
+    pub owner: Owner,
+}
+
+impl Instance {
+    /// Validates `spec` and builds the stored instance.
+    pub(crate) fn build(
+        service: &ServiceKey,
+        spec: InstanceSpec,
+        owner: Owner,
+        options: &crate::RegistryOptions,
+    ) -> Result<Self, Error> {
+        check_ip(&spec.ip)?;
+        check_weight(spec.weight)?;
+        options.limits.check_metadata(&spec.metadata)?;
+        let timeouts = HealthTimeouts::from_metadata(&spec.metadata, options.health)?;
+        let instance_id = match spec.instance_id {
+            Some(id) if !id.trim().is_empty() => {
+                if id.len() > 512 {
+                    return Err(Error::invalid("instanceId", "longer than 512 bytes"));
+                }
+                id
+            }
+            _ => format!(
+                "{}#{}#{}#{}",
+                spec.ip,
+                spec.port,
+                spec.cluster,
+                service.grouped_name()
+            ),
+        };
+        let mut instance = Self {
+            instance_id,
+            ip: spec.ip,
+            port: spec.port,
+            weight: spec.weight,
+            healthy: spec.healthy,
+            enabled: spec.enabled,
+            kind: owner.kind(),
+            cluster: spec.cluster,
+            metadata: spec.metadata,
+            zone: String::new(),
+            timeouts,
+            owner,
+        };
+        instance.zone = options.zone_of(&instance);
+        Ok(instance)
+    }
+
+    /// Its key inside the service.
+    pub fn key(&self) -> InstanceKey {
+        InstanceKey {
+            ip: self.ip.clone(),
+            port: self.port,
+            cluster: self.cluster.clone(),
+        }
+    }
+}
+
+/// An operator's change to an instance's weight, enabled flag or metadata
+/// (Nacos `PUT`/`PATCH /instance`). Absent fields stay as they are.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct InstancePatch {
+    /// New weight.
+    pub weight: Option<f64>,
+    /// New enabled flag.
+    pub enabled: Option<bool>,
+    /// Metadata to merge over the registered metadata.
+    pub metadata: Option<Metadata>,
+}
+
+impl InstancePatch {
+    pub(crate) fn validate(&self, limits: &Limits) -> Result<(), Error> {
+        if let Some(weight) = self.weight {
+            check_weight(weight)?;
+        }
+        if let Some(metadata) = &self.metadata {
+            limits.check_metadata(metadata)?;
+        }
+        Ok(())
+    }
+
+    /// Applies the patch; `true` if anything changed.
+    pub(crate) fn apply_to(&self, instance: &mut Instance) -> bool {
+        let before = (instance.weight, instance.enabled, instance.metadata.clone());
+        if let Some(weight) = self.weight {
+            instance.weight = weight;
+        }
+        if let Some(enabled) = self.enabled {
+            instance.enabled = enabled;
+        }
+        if let Some(metadata) = &self.metadata {
+            instance
+                .metadata
+                .extend(metadata.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        (instance.weight, instance.enabled, &instance.metadata) != (before.0, before.1, &before.2)
+    }
+
+    /// Folds a later patch into this one.
+    pub(crate) fn merge(&mut self, later: &InstancePatch) {
+        if later.weight.is_some() {
+            self.weight = later.weight;
+        }
+        if later.enabled.is_some() {
+            self.enabled = later.enabled;
+        }
+        if let Some(metadata) = &later.metadata {
+            self.metadata
+                .get_or_insert_with(Metadata::new)
+                .extend(metadata.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn preserved_metadata_overrides_health_timeouts() {
+        let metadata: Metadata = [
+            (META_BEAT_INTERVAL.to_owned(), "1000".to_owned()),
+            (META_BEAT_TIMEOUT.to_owned(), "3000".to_owned()),
+            (META_DELETE_TIMEOUT.to_owned(), "6000".to_owned()),
+        ]
+        .into();
+        let t = HealthTimeouts::from_metadata(&metadata, HealthTimeouts::default()).unwrap();
+        assert_eq!(
+            (t.beat_interval, t.unhealthy_after, t.delete_after),
+            (1000, 3000, 6000)
+        );
+    }
+
+    #[test]
+    fn inconsistent_or_malformed_timeouts_are_refused() {
+        for (key, value) in [
+            (META_BEAT_TIMEOUT, "1000"),
+            (META_DELETE_TIMEOUT, "10"),
+            (META_BEAT_INTERVAL, "soon"),
+            (META_BEAT_INTERVAL, "0"),
+        ] {
+            let metadata: Metadata = [(key.to_owned(), value.to_owned())].into();
+            assert!(matches!(
+                HealthTimeouts::from_metadata(&metadata, HealthTimeouts::default()),
+                Err(Error::Invalid {
+                    field: "metadata",
+                    ..
+                })
+            ));
+        }
+    }
+
+    #[test]
+    fn weights_outside_the_nacos_range_are_refused() {
+        for bad in [-1.0, 10_000.5, f64::NAN, f64::INFINITY] {
+            assert!(check_weight(bad).is_err(), "{bad}");
+        }
+        assert!(check_weight(0.0).is_ok());
+        assert!(check_weight(MAX_WEIGHT).is_ok());
+    }
+
+    #[test]
+    fn metadata_limits_name_the_field() {
+        let limits = Limits {
+            max_metadata_value_bytes: 4,
+            ..Limits::default()
+        };
+        let metadata: Metadata = [("k".to_owned(), "12345".to_owned())].into();
+        assert!(matches!(
+            limits.check_metadata(&metadata),
+            Err(Error::Invalid {
+                field: "metadata",
+                ..
+            })
+        ));
+    }
+}

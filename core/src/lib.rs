@@ -1,0 +1,58 @@
+//! understudy-core: the registry domain, synchronous and free of I/O.
+//!
+//! Component map:
+//! - [`name`](crate::NamespaceId): validated namespace, group, service and
+//!   cluster names and the [`ServiceKey`] that combines them;
+//! - `instance`: [`InstanceSpec`] (what a provider asks for), [`Instance`]
+//!   (what is stored), [`Owner`], per-instance [`HealthTimeouts`] and
+//!   [`Limits`];
+//! - `service`: [`Service`], an immutable value behind an `Arc`, and Nacos'
+//!   instance selection with the protect threshold;
+//! - `command`: [`Command`] and [`Op`], every mutation as a value carrying
+//!   its timestamp;
+//! - `event`: [`Change`] and [`Event`], what a command did, each with its
+//!   revision, and the bounded change log behind watch resume;
+//! - `registry`: [`Registry`], which applies commands, answers queries and
+//!   takes and restores [`RegistrySnapshot`]s;
+//! - `liveness`: [`Liveness`], the beat and connection deadlines kept by
+//!   the node responsible for an instance, outside the replicated state.
+//!
+//! Time is always an argument ([`Millis`] since the epoch); nothing here
+//! reads a clock, spawns, locks or touches the network. The server owns
+//! all of that, which keeps replicas deterministic and tests clock-free.
+
+#![warn(missing_docs)]
+
+mod command;
+mod error;
+mod event;
+mod instance;
+mod liveness;
+mod name;
+mod registry;
+mod service;
+
+pub use command::{Command, HealthSource, Op, RemovalCause, UpdateMode};
+pub use error::Error;
+pub use event::{Change, Event};
+pub use instance::{
+    check_ip, check_weight, HealthTimeouts, Instance, InstanceKey, InstancePatch, InstanceSpec,
+    Limits, Metadata, Owner, ServiceKind, MAX_WEIGHT, META_BEAT_INTERVAL, META_BEAT_TIMEOUT,
+    META_DELETE_TIMEOUT,
+};
+pub use liveness::{BeatOutcome, LiveKey, Liveness, Transition};
+pub use name::{
+    ClusterName, GroupName, NamespaceId, ServiceKey, ServiceName, DEFAULT_CLUSTER, DEFAULT_GROUP,
+    DEFAULT_NAMESPACE, GROUP_SEPARATOR,
+};
+pub use registry::{
+    Counts, NamespaceInfo, NamespaceSummary, NamespaceView, Page, Registry, RegistryOptions,
+    RegistrySnapshot,
+};
+pub use service::{
+    check_protect_threshold, select, Selected, Selection, Selector, Service, ServiceMeta,
+    ServiceMetaPatch,
+};
+
+/// Milliseconds since the Unix epoch.
+pub type Millis = u64;

@@ -1,0 +1,279 @@
+//! Liveness of beat-driven ephemeral instances and of lost connections:
+//! a pure structure that takes beats, registry changes and connection
+//! events with the time, tells its next deadline and yields the
+//! transitions due. It is not replicated: the node responsible for an
+//! instance keeps it and proposes the transitions as commands; beats
+//! themselves never become commands.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::{
+    Change, Event, HealthSource, HealthTimeouts, Instance, InstanceKey, Millis, Op, Owner,
+    RemovalCause, ServiceKey,
+};
+
+/// An instance tracked by the liveness rules.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LiveKey {
+    /// Its service.
+    pub service: ServiceKey,
+    /// The instance.
+    pub instance: InstanceKey,
+}
+
+/// A transition that fell due: the server turns it into a command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transition {
+    /// No beat for the unhealthy timeout.
+    Unhealthy {
+        /// The instance.
+        key: LiveKey,
+        /// Its owner when the decision was made.
+        owner: Owner,
+    },
+    /// No beat for the delete timeout.
+    Expired {
+        /// The instance.
+        key: LiveKey,
+        /// Its owner when the decision was made.
+        owner: Owner,
+    },
+    /// A lost connection did not come back within its grace period.
+    OwnerLost {
+        /// The owner whose instances go.
+        owner: Owner,
+    },
+}
+
+impl Transition {
+    /// The command that carries the transition out.
+    pub fn into_op(self) -> Op {
+        match self {
+            Transition::Unhealthy { key, owner } => Op::SetHealth {
+                service: key.service,
+                key: key.instance,
+                healthy: false,
+                source: HealthSource::Liveness { owner },
+            },
+            Transition::Expired { key, owner } => Op::Expire {
+                service: key.service,
+                key: key.instance,
+                owner,
+            },
+            Transition::OwnerLost { owner } => Op::RemoveOwner {
+                owner,
+                cause: RemovalCause::OwnerLost,
+            },
+        }
+    }
+}
+
+/// What a beat found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BeatOutcome {
+    /// The instance is not tracked here (unknown, or not beat-driven):
+    /// Nacos answers 20404 so that the client registers again.
+    Unknown,
+    /// Refreshed; it was healthy.
+    Alive,
+    /// Refreshed, but the registry holds it as unhealthy: propose it
+    /// healthy again.
+    Revived,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    owner: Owner,
+    last_beat: Millis,
+    timeouts: HealthTimeouts,
+    /// The healthy flag as the registry last reported it.
+    healthy: bool,
+    deadline: Millis,
+}
+
+impl Entry {
+    /// The next moment something is due for this instance. A transition
+    /// already proposed but not yet seen applied is retried a beat period
+    /// later, so a lost proposal cannot leave an instance behind.
+    fn next_deadline(&self, now: Millis) -> Millis {
+        let unhealthy_at = self.last_beat.saturating_add(self.timeouts.unhealthy_after);
+        let delete_at = self.last_beat.saturating_add(self.timeouts.delete_after);
+        let retry_at = now.saturating_add(self.timeouts.beat_interval);
+        if self.healthy && unhealthy_at > now {
+            unhealthy_at
+        } else if delete_at > now {
+            if self.healthy {
+                retry_at.min(delete_at)
+            } else {
+                delete_at
+            }
+        } else {
+            retry_at
+        }
+    }
+}
+
+/// The liveness tracker.
+#[derive(Debug, Clone, Default)]
+pub struct Liveness {
+    entries: HashMap<LiveKey, Entry>,
+    deadlines: BTreeSet<(Millis, LiveKey)>,
+    lost: BTreeMap<Owner, Millis>,
+}
+
+impl Liveness {
+    /// An empty tracker.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many instances are tracked.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether nothing is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty() && self.lost.is_empty()
+    }
+
+    /// Follows the registry: beat-owned instances are tracked from their
+    /// registration (which counts as a beat), updated on change and
+    /// forgotten on removal or when they move to another kind of owner.
+    pub fn observe(&mut self, change: &Change, now: Millis) {
+        match &change.event {
+            Event::InstanceAdded { service, instance }
+            | Event::InstanceChanged { service, instance } => {
+                let key = LiveKey {
+                    service: service.clone(),
+                    instance: instance.key(),
+                };
+                if matches!(instance.owner, Owner::Beat { .. }) {
+                    self.track(key, instance, now);
+                } else {
+                    self.forget(&key);
+                }
+            }
+            Event::InstanceRemoved {
+                service, instance, ..
+            } => self.forget(&LiveKey {
+                service: service.clone(),
+                instance: instance.key(),
+            }),
+            _ => {}
+        }
+    }
+
+    fn track(&mut self, key: LiveKey, instance: &Instance, now: Millis) {
+        let last_beat = match self.entries.get(&key) {
+            Some(entry) if entry.owner == instance.owner => entry.last_beat,
+            _ => now,
+        };
+        self.schedule(
+            key,
+            Entry {
+                owner: instance.owner.clone(),
+                last_beat,
+                timeouts: instance.timeouts,
+                healthy: instance.healthy,
+                deadline: 0,
+            },
+            now,
+        );
+    }
+
+    fn schedule(&mut self, key: LiveKey, mut entry: Entry, now: Millis) {
+        if let Some(old) = self.entries.get(&key) {
+            self.deadlines.remove(&(old.deadline, key.clone()));
+        }
+        entry.deadline = entry.next_deadline(now);
+        self.deadlines.insert((entry.deadline, key.clone()));
+        self.entries.insert(key, entry);
+    }
+
+    /// Stops tracking an instance.
+    pub fn forget(&mut self, key: &LiveKey) {
+        if let Some(entry) = self.entries.remove(key) {
+            self.deadlines.remove(&(entry.deadline, key.clone()));
+        }
+    }
+
+    /// A beat for an instance.
+    pub fn beat(&mut self, key: &LiveKey, now: Millis) -> BeatOutcome {
+        let Some(entry) = self.entries.get(key) else {
+            return BeatOutcome::Unknown;
+        };
+        let mut entry = entry.clone();
+        entry.last_beat = entry.last_beat.max(now);
+        let outcome = if entry.healthy {
+            BeatOutcome::Alive
+        } else {
+            BeatOutcome::Revived
+        };
+        self.schedule(key.clone(), entry, now);
+        outcome
+    }
+
+    /// The beat period to tell the client, if the instance is tracked.
+    pub fn beat_interval(&self, key: &LiveKey) -> Option<Millis> {
+        self.entries.get(key).map(|e| e.timeouts.beat_interval)
+    }
+
+    /// A connection (or owner node) stopped answering: unless it comes back
+    /// within `grace`, its instances go.
+    pub fn connection_lost(&mut self, owner: Owner, now: Millis, grace: Millis) {
+        self.lost.insert(owner, now.saturating_add(grace));
+    }
+
+    /// A lost connection came back in time.
+    pub fn connection_restored(&mut self, owner: &Owner) {
+        self.lost.remove(owner);
+    }
+
+    /// When the next transition falls due.
+    pub fn next_deadline(&self) -> Option<Millis> {
+        let beats = self.deadlines.first().map(|(at, _)| *at);
+        let lost = self.lost.values().min().copied();
+        beats.into_iter().chain(lost).min()
+    }
+
+    /// The transitions due at `now`, earliest first.
+    pub fn due(&mut self, now: Millis) -> Vec<Transition> {
+        let mut transitions = Vec::new();
+        while let Some((at, _)) = self.deadlines.first() {
+            if *at > now {
+                break;
+            }
+            let (_, key) = self.deadlines.pop_first().expect("checked above");
+            let Some(mut entry) = self.entries.remove(&key) else {
+                continue;
+            };
+            let silent = now.saturating_sub(entry.last_beat);
+            if silent >= entry.timeouts.delete_after {
+                transitions.push(Transition::Expired {
+                    key: key.clone(),
+                    owner: entry.owner.clone(),
+                });
+            } else if entry.healthy && silent >= entry.timeouts.unhealthy_after {
+                transitions.push(Transition::Unhealthy {
+                    key: key.clone(),
+                    owner: entry.owner.clone(),
+                });
+            }
+            entry.deadline = entry.next_deadline(now);
+            self.deadlines.insert((entry.deadline, key.clone()));
+            self.entries.insert(key, entry);
+        }
+        let lost: Vec<Owner> = self
+            .lost
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(owner, _)| owner.clone())
+            .collect();
+        for owner in lost {
+            self.lost.remove(&owner);
+            transitions.push(Transition::OwnerLost { owner });
+        }
+        transitions
+    }
+}

@@ -1,0 +1,310 @@
+//! Validated names: namespace ids, groups, services, clusters and the
+//! service key that combines them. Parsing is the only way to build one, so
+//! every name inside the registry has passed the Nacos rules. Defaults for
+//! blank input (`public`, `DEFAULT_GROUP`, `DEFAULT`) are applied here, once.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Error;
+
+/// The default naming namespace. Nacos clients also address it as `""`.
+pub const DEFAULT_NAMESPACE: &str = "public";
+/// The default group.
+pub const DEFAULT_GROUP: &str = "DEFAULT_GROUP";
+/// The default cluster.
+pub const DEFAULT_CLUSTER: &str = "DEFAULT";
+/// Separator of a grouped service name (`group@@service`).
+pub const GROUP_SEPARATOR: &str = "@@";
+
+const MAX_NAMESPACE_LEN: usize = 128;
+const MAX_GROUP_LEN: usize = 128;
+const MAX_SERVICE_LEN: usize = 512;
+const MAX_CLUSTER_LEN: usize = 64;
+
+macro_rules! name_type {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            /// The name as a string slice.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+    };
+}
+
+name_type!(
+    /// A naming namespace id. `""` and `public` are the same namespace and
+    /// are both stored as `public`.
+    NamespaceId
+);
+name_type!(
+    /// A service group (`DEFAULT_GROUP` by default).
+    GroupName
+);
+name_type!(
+    /// A plain service name, without its group.
+    ServiceName
+);
+name_type!(
+    /// A cluster name inside a service (`DEFAULT` by default).
+    ClusterName
+);
+
+impl NamespaceId {
+    /// Parses a namespace id; blank means the default namespace.
+    pub fn parse(raw: &str) -> Result<Self, Error> {
+        let raw = raw.trim();
+        if raw.is_empty() || raw == DEFAULT_NAMESPACE {
+            return Ok(Self::public());
+        }
+        check_len("namespaceId", raw, MAX_NAMESPACE_LEN)?;
+        if !raw
+            .chars()
+            .all(|c| c.is_alphanumeric() || c == '_' || c == '-')
+        {
+            return Err(Error::invalid(
+                "namespaceId",
+                format!("'{raw}' may hold only letters, digits, '_' and '-'"),
+            ));
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    /// The default namespace, `public`.
+    pub fn public() -> Self {
+        Self(DEFAULT_NAMESPACE.to_owned())
+    }
+
+    /// Whether this is the default namespace.
+    pub fn is_public(&self) -> bool {
+        self.0 == DEFAULT_NAMESPACE
+    }
+}
+
+impl GroupName {
+    /// Parses a group; blank means `DEFAULT_GROUP`.
+    pub fn parse(raw: &str) -> Result<Self, Error> {
+        let raw = raw.trim();
+        if raw.is_empty() {
+            return Ok(Self::default_group());
+        }
+        check_len("groupName", raw, MAX_GROUP_LEN)?;
+        if !raw
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | ':' | '.'))
+        {
+            return Err(Error::invalid(
+                "groupName",
+                format!("'{raw}' may hold only letters, digits and '-', '_', ':', '.'"),
+            ));
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    /// `DEFAULT_GROUP`.
+    pub fn default_group() -> Self {
+        Self(DEFAULT_GROUP.to_owned())
+    }
+}
+
+impl ServiceName {
+    /// Parses a plain service name. It must not be blank, start with `@`,
+    /// contain `@@`, whitespace or CJK ideographs, as in Nacos.
+    pub fn parse(raw: &str) -> Result<Self, Error> {
+        if raw.trim().is_empty() {
+            return Err(Error::invalid("serviceName", "must not be blank"));
+        }
+        check_len("serviceName", raw, MAX_SERVICE_LEN)?;
+        if raw.starts_with('@') {
+            return Err(Error::invalid("serviceName", "must not start with '@'"));
+        }
+        if raw.contains(GROUP_SEPARATOR) {
+            return Err(Error::invalid("serviceName", "must not contain '@@'"));
+        }
+        if raw
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || ('\u{4E00}'..='\u{9FA5}').contains(&c))
+        {
+            return Err(Error::invalid(
+                "serviceName",
+                "must not contain whitespace, control characters or CJK ideographs",
+            ));
+        }
+        Ok(Self(raw.to_owned()))
+    }
+}
+
+impl ServiceName {
+    /// The smallest name, for range queries.
+    pub(crate) fn min() -> Self {
+        Self(String::new())
+    }
+}
+
+impl ClusterName {
+    /// Parses a cluster name; blank means `DEFAULT`.
+    pub fn parse(raw: &str) -> Result<Self, Error> {
+        let raw = raw.trim();
+        if raw.is_empty() {
+            return Ok(Self::default_cluster());
+        }
+        check_len("clusterName", raw, MAX_CLUSTER_LEN)?;
+        if !raw
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(Error::invalid(
+                "clusterName",
+                format!("'{raw}' may hold only letters, digits, '-' and '_'"),
+            ));
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    /// `DEFAULT`.
+    pub fn default_cluster() -> Self {
+        Self(DEFAULT_CLUSTER.to_owned())
+    }
+}
+
+fn check_len(field: &'static str, raw: &str, max: usize) -> Result<(), Error> {
+    if raw.chars().count() > max {
+        return Err(Error::invalid(
+            field,
+            format!("longer than {max} characters"),
+        ));
+    }
+    Ok(())
+}
+
+/// The identity of a service: namespace, group and name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ServiceKey {
+    /// Namespace id.
+    pub namespace: NamespaceId,
+    /// Group.
+    pub group: GroupName,
+    /// Plain service name.
+    pub name: ServiceName,
+}
+
+impl ServiceKey {
+    /// Builds a key from its three parts.
+    pub fn new(namespace: NamespaceId, group: GroupName, name: ServiceName) -> Self {
+        Self {
+            namespace,
+            group,
+            name,
+        }
+    }
+
+    /// Parses raw namespace, group and service strings. A service name that
+    /// is already grouped (`group@@name`) carries its own group, which wins
+    /// over `group`, as Nacos' v1 service-name filter does.
+    pub fn parse(namespace: &str, group: &str, service: &str) -> Result<Self, Error> {
+        let namespace = NamespaceId::parse(namespace)?;
+        let (group, name) = match service.split_once(GROUP_SEPARATOR) {
+            Some((g, n)) => {
+                if g.trim().is_empty() || n.trim().is_empty() {
+                    return Err(Error::invalid(
+                        "serviceName",
+                        format!("'{service}' is not of the form group@@service"),
+                    ));
+                }
+                (GroupName::parse(g)?, ServiceName::parse(n)?)
+            }
+            None => (GroupName::parse(group)?, ServiceName::parse(service)?),
+        };
+        Ok(Self::new(namespace, group, name))
+    }
+
+    /// `group@@service`, the name Nacos uses on HTTP and in instance ids.
+    pub fn grouped_name(&self) -> String {
+        format!("{}{GROUP_SEPARATOR}{}", self.group, self.name)
+    }
+}
+
+impl fmt::Display for ServiceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}/{}{GROUP_SEPARATOR}{}",
+            self.namespace, self.group, self.name
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blank_and_public_namespaces_are_the_same_namespace() {
+        assert_eq!(NamespaceId::parse("").unwrap(), NamespaceId::public());
+        assert_eq!(NamespaceId::parse("public").unwrap(), NamespaceId::public());
+        assert_eq!(NamespaceId::parse("  ").unwrap(), NamespaceId::public());
+        assert_ne!(NamespaceId::parse("dev").unwrap(), NamespaceId::public());
+    }
+
+    #[test]
+    fn grouped_service_names_carry_their_group() {
+        let key = ServiceKey::parse("", "ignored", "grp@@svc").unwrap();
+        assert_eq!(key.group.as_str(), "grp");
+        assert_eq!(key.name.as_str(), "svc");
+        assert_eq!(key.grouped_name(), "grp@@svc");
+        let plain = ServiceKey::parse("", "", "svc").unwrap();
+        assert_eq!(plain.group.as_str(), DEFAULT_GROUP);
+    }
+
+    #[test]
+    fn malformed_names_name_their_field() {
+        let cases: &[(&str, &str, &str, &str)] = &[
+            ("", "", "", "serviceName"),
+            ("", "", "@svc", "serviceName"),
+            ("", "", "a b", "serviceName"),
+            ("", "", "@@svc", "serviceName"),
+            ("", "", "grp@@", "serviceName"),
+            ("", "", "服务", "serviceName"),
+            ("", "bad group", "svc", "groupName"),
+            ("bad ns!", "", "svc", "namespaceId"),
+        ];
+        for (ns, group, service, field) in cases {
+            match ServiceKey::parse(ns, group, service) {
+                Err(Error::Invalid { field: f, .. }) => assert_eq!(f, *field, "{service}"),
+                other => panic!("{ns}/{group}/{service}: expected invalid {field}, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn dubbo_style_service_names_are_legal() {
+        assert!(ServiceName::parse("providers:com.foo.DemoService:1.0.0:").is_ok());
+    }
+
+    #[test]
+    fn clusters_default_and_validate() {
+        assert_eq!(ClusterName::parse("").unwrap().as_str(), DEFAULT_CLUSTER);
+        assert!(ClusterName::parse("None").is_ok());
+        assert!(ClusterName::parse("a.b").is_err());
+        assert!(ClusterName::parse(&"x".repeat(65)).is_err());
+    }
+}

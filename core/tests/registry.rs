@@ -1,0 +1,668 @@
+//! Registry behaviour through its public API: commands in, changes out.
+
+use understudy_core::*;
+
+fn key(ns: &str, group: &str, name: &str) -> ServiceKey {
+    ServiceKey::parse(ns, group, name).unwrap()
+}
+
+fn beat_owner(ip: &str, port: u16) -> Owner {
+    Owner::Beat {
+        ip: ip.to_owned(),
+        port,
+    }
+}
+
+fn register(
+    reg: &mut Registry,
+    at: Millis,
+    service: &ServiceKey,
+    spec: InstanceSpec,
+) -> Vec<Change> {
+    let owner = beat_owner(&spec.ip, spec.port);
+    reg.apply(&Command::new(
+        at,
+        Op::Register {
+            service: service.clone(),
+            owner,
+            instances: vec![spec],
+        },
+    ))
+    .unwrap()
+}
+
+fn all(service: &Service) -> Selected {
+    service.select(&Selection {
+        enabled_only: true,
+        ..Selection::default()
+    })
+}
+
+#[test]
+fn blank_and_public_namespace_hold_the_same_services() {
+    let mut reg = Registry::new(RegistryOptions::default());
+    register(
+        &mut reg,
+        0,
+        &key("", "", "orders"),
+        InstanceSpec::new("10.0.0.1", 80),
+    );
+    let via_public = reg.service(&key("public", "", "orders")).unwrap();
+    assert_eq!(via_public.instances().len(), 1);
+    let page = reg.list_services(&NamespaceId::parse("").unwrap(), None, 1, 10);
+    assert_eq!(page.count, 1);
+}
+
+#[test]
+fn unknown_namespaces_are_empty_not_errors() {
+    let reg = Registry::new(RegistryOptions::default());
+    let ns = NamespaceId::parse("nowhere").unwrap();
+    assert_eq!(reg.list_services(&ns, None, 1, 10).count, 0);
+    assert!(select(
+        reg.service(&key("nowhere", "", "x")).as_deref(),
+        &Selection::default()
+    )
+    .instances
+    .is_empty());
+}
+
+#[test]
+fn groups_isolate_services_of_the_same_name() {
+    let mut reg = Registry::new(RegistryOptions::default());
+    register(
+        &mut reg,
+        0,
+        &key("", "a", "svc"),
+        InstanceSpec::new("10.0.0.1", 80),
+    );
+    register(
+        &mut reg,
+        0,
+        &key("", "b", "svc"),
+        InstanceSpec::new("10.0.0.2", 80),
+    );
+    let a = reg.service(&key("", "a", "svc")).unwrap();
+    let b = reg.service(&key("", "b", "svc")).unwrap();
+    assert_eq!(a.instances().next().unwrap().ip, "10.0.0.1");
+    assert_eq!(b.instances().next().unwrap().ip, "10.0.0.2");
+    let ns = NamespaceId::public();
+    let group_a = GroupName::parse("a").unwrap();
+    let page = reg.list_services(&ns, Some(&group_a), 1, 10);
+    assert_eq!(page.count, 1);
+    assert_eq!(page.items[0].group, group_a);
+    assert_eq!(reg.list_services(&ns, None, 1, 10).count, 2);
+}
+
+#[test]
+fn paging_counts_everything_and_clips_pages() {
+    let mut reg = Registry::new(RegistryOptions::default());
+    for i in 0..25 {
+        register(
+            &mut reg,
+            0,
+            &key("", "", &format!("svc-{i:02}")),
+            InstanceSpec::new("10.0.0.1", 80),
+        );
+    }
+    let ns = NamespaceId::public();
+    let cases: &[(u64, u64, usize, Option<&str>)] = &[
+        (1, 10, 10, Some("svc-00")),
+        (2, 10, 10, Some("svc-10")),
+        (3, 10, 5, Some("svc-20")),
+        (4, 10, 0, None),
+        (0, 10, 10, Some("svc-00")),
+        (1, u64::from(u32::MAX), 25, Some("svc-00")),
+        (u64::MAX, u64::MAX, 0, None),
+    ];
+    for (page_no, size, len, first) in cases {
+        let page = reg.list_services(&ns, None, *page_no, *size);
+        assert_eq!(page.count, 25);
+        assert_eq!(page.items.len(), *len, "page {page_no} of {size}");
+        assert_eq!(page.items.first().map(|k| k.name.as_str()), *first);
+    }
+}
+
+#[test]
+fn protect_threshold_serves_unhealthy_instances_as_healthy() {
+    let mut reg = Registry::new(RegistryOptions::default());
+    let svc = key("", "", "guarded");
+    reg.apply(&Command::new(
+        0,
+        Op::CreateService {
+            service: svc.clone(),
+            kind: ServiceKind::Persistent,
+            meta: ServiceMeta {
+                protect_threshold: 0.5,
+                ..ServiceMeta::default()
+            },
+        },
+    ))
+    .unwrap();
+    for (i, healthy) in [true, false, false].into_iter().enumerate() {
+        let ip = format!("10.0.0.{i}");
+        let mut spec = InstanceSpec::new(ip.clone(), 80);
+        spec.healthy = healthy;
+        reg.apply(&Command::new(
+            0,
+            Op::Register {
+                service: svc.clone(),
+                owner: Owner::Persistent { ip, port: 80 },
+                instances: vec![spec],
+            },
+        ))
+        .unwrap();
+    }
+    let service = reg.service(&svc).unwrap();
+    // 1 of 3 healthy: 0.33 <= 0.5, so everything is served as healthy.
+    let selected = all(&service);
+    assert!(selected.reach_protection_threshold);
+    assert_eq!(selected.instances.len(), 3);
+    assert!(selected.instances.iter().all(|i| i.healthy));
+    // healthyOnly: the ratio is computed over the healthy-only list (1/1).
+    let healthy_only = service.select(&Selection {
+        healthy_only: true,
+        enabled_only: true,
+        ..Selection::default()
+    });
+    assert!(!healthy_only.reach_protection_threshold);
+    assert_eq!(healthy_only.instances.len(), 1);
+}
+
+#[test]
+fn protect_threshold_is_skipped_for_implicit_services() {
+    let mut reg = Registry::new(RegistryOptions::default());
+    let svc = key("", "", "implicit");
+    let mut spec = InstanceSpec::new("10.0.0.1", 80);
+    spec.healthy = false;
+    register(&mut reg, 0, &svc, spec);
+    let selected = all(&reg.service(&svc).unwrap());
+    assert!(!selected.reach_protection_threshold);
+    assert!(!selected.instances[0].healthy);
+}
+
+#[test]
+fn default_threshold_fires_only_when_no_instance_is_healthy() {
+    let mut reg = Registry::new(RegistryOptions::default());
+    let svc = key("", "", "zero");
+    reg.apply(&Command::new(
+        0,
+        Op::CreateService {
+            service: svc.clone(),
+            kind: ServiceKind::Persistent,
+            meta: ServiceMeta::default(),
+        },
+    ))
+    .unwrap();
+    assert!(
+        !all(&reg.service(&svc).unwrap()).reach_protection_threshold,
+        "empty never fires"
+    );
+    let mut spec = InstanceSpec::new("10.0.0.1", 80);
+    spec.healthy = false;
+    reg.apply(&Command::new(
+        0,
+        Op::Register {
+            service: svc.clone(),
+            owner: Owner::Persistent {
+                ip: "10.0.0.1".into(),
+                port: 80,
+            },
+            instances: vec![spec],
+        },
+    ))
+    .unwrap();
+    assert!(all(&reg.service(&svc).unwrap()).reach_protection_threshold);
+}
+
+#[test]
+fn cluster_filter_and_disabled_instances() {
+    let mut reg = Registry::new(RegistryOptions::default());
+    let svc = key("", "", "clustered");
+    let mut a = InstanceSpec::new("10.0.0.1", 80);
+    a.cluster = ClusterName::parse("A").unwrap();
+    let mut b = InstanceSpec::new("10.0.0.2", 80);
+    b.cluster = ClusterName::parse("B").unwrap();
+    b.enabled = false;
+    register(&mut reg, 0, &svc, a);
+    register(&mut reg, 0, &svc, b);
+    let service = reg.service(&svc).unwrap();
+    let only_a = [ClusterName::parse("A").unwrap()];
+    let selected = service.select(&Selection {
+        clusters: &only_a,
+        enabled_only: true,
+        ..Selection::default()
+    });
+    assert_eq!(selected.instances.len(), 1);
+    assert_eq!(all(&service).instances.len(), 1, "disabled B is hidden");
+    assert_eq!(service.instances().len(), 2);
+}
+
+#[test]
+fn every_change_gets_the_next_revision_and_the_service_remembers_its_last() {
+    let mut reg = Registry::new(RegistryOptions::default());
+    let a = key("", "", "a");
+    let b = key("", "", "b");
+    let first = register(&mut reg, 0, &a, InstanceSpec::new("10.0.0.1", 80));
+    // ServiceCreated + InstanceAdded.
+    assert_eq!(
+        first.iter().map(|c| c.revision).collect::<Vec<_>>(),
+        vec![1, 2]
+    );
+    register(&mut reg, 0, &b, InstanceSpec::new("10.0.0.1", 81));
+    assert_eq!(reg.revision(), 4);
+    assert_eq!(reg.service(&a).unwrap().revision(), 2);
+    assert_eq!(reg.service(&b).unwrap().revision(), 4);
+    // Registering the same thing again changes nothing and takes no revision.
+    assert!(register(&mut reg, 0, &a, InstanceSpec::new("10.0.0.1", 80)).is_empty());
+    assert_eq!(reg.revision(), 4);
+}
+
+#[test]
+fn the_change_log_resumes_or_says_it_is_compacted() {
+    let mut reg = Registry::new(RegistryOptions {
+        change_log_capacity: 4,
+        ..RegistryOptions::default()
+    });
+    for port in 0..3 {
+        register(
+            &mut reg,
+            0,
+            &key("", "", "svc"),
+            InstanceSpec::new("10.0.0.1", 8000 + port),
+        );
+    }
+    // Revisions 1..=4 exist; the log keeps the last four.
+    let revisions: Vec<u64> = reg.changes_since(1).unwrap().map(|c| c.revision).collect();
+    assert_eq!(revisions, vec![2, 3, 4]);
+    assert_eq!(reg.changes_since(4).unwrap().count(), 0);
+    register(
+        &mut reg,
+        0,
+        &key("", "", "svc"),
+        InstanceSpec::new("10.0.0.1", 9000),
+    );
+    assert!(matches!(
+        reg.changes_since(0),
+        Err(Error::HistoryCompacted {
+            requested: 0,
+            oldest: 2
+        })
+    ));
+    assert!(reg.changes_since(99).is_err(), "a revision from the future");
+}
+
+#[test]
+fn a_refused_batch_changes_nothing() {
+    let mut reg = Registry::new(RegistryOptions::default());
+    let svc = key("", "", "batch");
+    let good = InstanceSpec::new("10.0.0.1", 80);
+    let mut bad = InstanceSpec::new("10.0.0.2", 80);
+    bad.weight = -1.0;
+    let result = reg.apply(&Command::new(
+        0,
+        Op::Register {
+            service: svc.clone(),
+            owner: Owner::Connection {
+                node: 1,
+                id: "c1".into(),
+            },
+            instances: vec![good, bad],
+        },
+    ));
+    assert!(matches!(
+        result,
+        Err(Error::Invalid {
+            field: "weight",
+            ..
+        })
+    ));
+    assert!(reg.service(&svc).is_none());
+    assert_eq!(reg.revision(), 0);
+}
+
+#[test]
+fn a_connection_register_replaces_its_entry_and_deregister_removes_it_whole() {
+    let mut reg = Registry::new(RegistryOptions::default());
+    let svc = key("", "", "conn");
+    let owner = Owner::Connection {
+        node: 1,
+        id: "c1".into(),
+    };
+    let reg_op = |instances: Vec<InstanceSpec>| Op::Register {
+        service: svc.clone(),
+        owner: owner.clone(),
+        instances,
+    };
+    reg.apply(&Command::new(
+        0,
+        reg_op(vec![
+            InstanceSpec::new("10.0.0.1", 80),
+            InstanceSpec::new("10.0.0.1", 81),
+        ]),
+    ))
+    .unwrap();
+    let changes = reg
+        .apply(&Command::new(
+            0,
+            reg_op(vec![InstanceSpec::new("10.0.0.1", 82)]),
+        ))
+        .unwrap();
+    let removed = changes
+        .iter()
+        .filter(|c| {
+            matches!(
+                c.event,
+                Event::InstanceRemoved {
+                    cause: RemovalCause::Replaced,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(removed, 2);
+    assert_eq!(reg.service(&svc).unwrap().instances().len(), 1);
+    reg.apply(&Command::new(
+        0,
+        Op::Deregister {
+            service: svc.clone(),
+            owner: owner.clone(),
+        },
+    ))
+    .unwrap();
+    assert_eq!(reg.service(&svc).unwrap().instances().len(), 0);
+    assert_eq!(reg.counts().instances, 0);
+}
+
+#[test]
+fn a_new_owner_takes_an_instance_over_in_place() {
+    let mut reg = Registry::new(RegistryOptions::default());
+    let svc = key("", "", "moving");
+    let old = Owner::Connection {
+        node: 1,
+        id: "old".into(),
+    };
+    let new = Owner::Connection {
+        node: 2,
+        id: "new".into(),
+    };
+    for owner in [&old, &new] {
+        reg.apply(&Command::new(
+            0,
+            Op::Register {
+                service: svc.clone(),
+                owner: owner.clone(),
+                instances: vec![InstanceSpec::new("10.0.0.1", 80)],
+            },
+        ))
+        .unwrap();
+    }
+    // The old connection closing must not take the moved instance along.
+    let changes = reg
+        .apply(&Command::new(
+            0,
+            Op::RemoveOwner {
+                owner: old,
+                cause: RemovalCause::ConnectionClosed,
+            },
+        ))
+        .unwrap();
+    assert!(changes.is_empty());
+    let service = reg.service(&svc).unwrap();
+    assert_eq!(service.instances().next().unwrap().owner, new);
+}
+
+#[test]
+fn ephemeral_and_persistent_never_mix() {
+    let mut reg = Registry::new(RegistryOptions::default());
+    let svc = key("", "", "mixed");
+    register(&mut reg, 0, &svc, InstanceSpec::new("10.0.0.1", 80));
+    let err = reg
+        .apply(&Command::new(
+            0,
+            Op::Register {
+                service: svc.clone(),
+                owner: Owner::Persistent {
+                    ip: "10.0.0.2".into(),
+                    port: 80,
+                },
+                instances: vec![InstanceSpec::new("10.0.0.2", 80)],
+            },
+        ))
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Current service DEFAULT_GROUP@@mixed is ephemeral service, can't register persistent instance."
+    );
+}
+
+#[test]
+fn implicit_empty_services_are_purged_after_their_ttl_and_explicit_ones_stay() {
+    let mut reg = Registry::new(RegistryOptions::default());
+    let implicit = key("", "", "implicit");
+    let explicit = key("", "", "explicit");
+    register(&mut reg, 0, &implicit, InstanceSpec::new("10.0.0.1", 80));
+    reg.apply(&Command::new(
+        0,
+        Op::CreateService {
+            service: explicit.clone(),
+            kind: ServiceKind::Ephemeral,
+            meta: ServiceMeta::default(),
+        },
+    ))
+    .unwrap();
+    reg.apply(&Command::new(
+        10_000,
+        Op::Deregister {
+            service: implicit.clone(),
+            owner: beat_owner("10.0.0.1", 80),
+        },
+    ))
+    .unwrap();
+    assert_eq!(reg.next_purge_deadline(), Some(70_000));
+    assert!(reg
+        .apply(&Command::new(69_999, Op::PurgeEmptyServices))
+        .unwrap()
+        .is_empty());
+    let purged = reg
+        .apply(&Command::new(70_000, Op::PurgeEmptyServices))
+        .unwrap();
+    assert!(
+        matches!(&purged[..], [Change { event: Event::ServiceRemoved { service }, .. }] if *service == implicit)
+    );
+    assert!(reg.service(&explicit).is_some());
+    assert_eq!(reg.next_purge_deadline(), None);
+}
+
+#[test]
+fn services_with_instances_cannot_be_deleted_and_missing_ones_say_so() {
+    let mut reg = Registry::new(RegistryOptions::default());
+    let svc = key("", "", "busy");
+    register(&mut reg, 0, &svc, InstanceSpec::new("10.0.0.1", 80));
+    assert!(matches!(
+        reg.apply(&Command::new(
+            0,
+            Op::DeleteService {
+                service: svc.clone()
+            }
+        )),
+        Err(Error::ServiceNotEmpty { .. })
+    ));
+    assert!(matches!(
+        reg.apply(&Command::new(
+            0,
+            Op::DeleteService {
+                service: key("", "", "nope")
+            }
+        )),
+        Err(Error::ServiceNotFound { .. })
+    ));
+}
+
+#[test]
+fn operator_updates_overlay_later_registrations() {
+    let mut reg = Registry::new(RegistryOptions::default());
+    let svc = key("", "", "overlay");
+    let spec = InstanceSpec::new("10.0.0.1", 80);
+    register(&mut reg, 0, &svc, spec.clone());
+    reg.apply(&Command::new(
+        0,
+        Op::UpdateInstance {
+            service: svc.clone(),
+            key: spec.key(),
+            patch: InstancePatch {
+                weight: Some(3.0),
+                enabled: Some(false),
+                metadata: Some([("zone".to_owned(), "hz".to_owned())].into()),
+            },
+            mode: UpdateMode::Overlay,
+        },
+    ))
+    .unwrap();
+    let instance = reg
+        .service(&svc)
+        .unwrap()
+        .instance(&spec.key())
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (instance.weight, instance.enabled, instance.zone.as_str()),
+        (3.0, false, "hz")
+    );
+    // Re-registration keeps the operator's overlay.
+    reg.apply(&Command::new(
+        1,
+        Op::Deregister {
+            service: svc.clone(),
+            owner: beat_owner("10.0.0.1", 80),
+        },
+    ))
+    .unwrap();
+    register(&mut reg, 2, &svc, spec.clone());
+    let instance = reg
+        .service(&svc)
+        .unwrap()
+        .instance(&spec.key())
+        .cloned()
+        .unwrap();
+    assert_eq!(instance.weight, 3.0);
+}
+
+#[test]
+fn zone_comes_from_metadata_else_the_cluster() {
+    let mut reg = Registry::new(RegistryOptions::default());
+    let svc = key("", "", "zoned");
+    let mut hz = InstanceSpec::new("10.0.0.1", 80);
+    hz.metadata.insert("zone".into(), "hz".into());
+    let mut sh = InstanceSpec::new("10.0.0.2", 80);
+    sh.cluster = ClusterName::parse("sh").unwrap();
+    register(&mut reg, 0, &svc, hz);
+    register(&mut reg, 0, &svc, sh);
+    let service = reg.service(&svc).unwrap();
+    let zones: Vec<(&str, usize)> = service
+        .zones()
+        .into_iter()
+        .map(|(z, v)| (z, v.len()))
+        .collect();
+    assert_eq!(zones, vec![("hz", 1), ("sh", 1)]);
+}
+
+#[test]
+fn snapshot_and_restore_round_trip() {
+    let mut reg = Registry::new(RegistryOptions::default());
+    reg.apply(&Command::new(
+        0,
+        Op::CreateNamespace {
+            namespace: NamespaceId::parse("dev").unwrap(),
+            name: "dev".into(),
+            description: "development".into(),
+        },
+    ))
+    .unwrap();
+    register(
+        &mut reg,
+        0,
+        &key("dev", "g", "a"),
+        InstanceSpec::new("10.0.0.1", 80),
+    );
+    register(
+        &mut reg,
+        0,
+        &key("", "", "b"),
+        InstanceSpec::new("10.0.0.2", 80),
+    );
+    let snapshot = reg.snapshot();
+    let restored = Registry::restore(snapshot.clone(), RegistryOptions::default());
+    assert_eq!(restored.snapshot(), snapshot);
+    assert_eq!(restored.revision(), reg.revision());
+    assert_eq!(restored.counts(), reg.counts());
+    // The owner index was rebuilt: deregistering works after a restore.
+    let mut restored = restored;
+    let changes = restored
+        .apply(&Command::new(
+            1,
+            Op::Deregister {
+                service: key("dev", "g", "a"),
+                owner: beat_owner("10.0.0.1", 80),
+            },
+        ))
+        .unwrap();
+    assert_eq!(changes.len(), 1);
+}
+
+#[test]
+fn a_taken_view_does_not_move_while_writes_continue() {
+    let mut reg = Registry::new(RegistryOptions::default());
+    let svc = key("", "", "steady");
+    register(&mut reg, 0, &svc, InstanceSpec::new("10.0.0.1", 80));
+    let view = reg.namespace_view(&NamespaceId::public());
+    register(&mut reg, 0, &svc, InstanceSpec::new("10.0.0.2", 80));
+    assert_eq!(view.services[0].instances().len(), 1);
+    assert_eq!(reg.service(&svc).unwrap().instances().len(), 2);
+}
+
+#[test]
+fn namespaces_are_created_listed_and_only_deleted_when_empty() {
+    let mut reg = Registry::new(RegistryOptions::default());
+    let dev = NamespaceId::parse("dev").unwrap();
+    let create = Op::CreateNamespace {
+        namespace: dev.clone(),
+        name: "Dev".into(),
+        description: "d".into(),
+    };
+    reg.apply(&Command::new(0, create.clone())).unwrap();
+    assert!(matches!(
+        reg.apply(&Command::new(0, create)),
+        Err(Error::NamespaceExists { .. })
+    ));
+    register(
+        &mut reg,
+        0,
+        &key("dev", "", "svc"),
+        InstanceSpec::new("10.0.0.1", 80),
+    );
+    register(
+        &mut reg,
+        0,
+        &key("implicit", "", "svc"),
+        InstanceSpec::new("10.0.0.1", 80),
+    );
+    let ids: Vec<String> = reg.namespaces().iter().map(|n| n.id.to_string()).collect();
+    assert_eq!(ids, vec!["public", "dev", "implicit"]);
+    assert!(matches!(
+        reg.apply(&Command::new(
+            0,
+            Op::DeleteNamespace {
+                namespace: dev.clone()
+            }
+        )),
+        Err(Error::NamespaceNotEmpty { services: 1, .. })
+    ));
+    assert!(reg
+        .apply(&Command::new(
+            0,
+            Op::DeleteNamespace {
+                namespace: NamespaceId::public()
+            }
+        ))
+        .is_err());
+}
