@@ -137,6 +137,11 @@ pub struct Registry {
     revision: u64,
     instance_count: usize,
     log: ChangeLog,
+    /// Implicit services with no instances, by the time they became empty:
+    /// the purge deadline is a lookup, not a scan.
+    empty_implicit: BTreeSet<(Millis, ServiceKey)>,
+    /// The same index by service, to find an entry without a scan.
+    empty_since: BTreeMap<ServiceKey, Millis>,
 }
 
 fn default_namespace_info() -> NamespaceInfo {
@@ -157,6 +162,8 @@ impl Registry {
             revision: 0,
             instance_count: 0,
             log,
+            empty_implicit: BTreeSet::new(),
+            empty_since: BTreeMap::new(),
         }
     }
 
@@ -280,11 +287,21 @@ impl Registry {
 
     /// When the next implicitly created service becomes due for purging.
     pub fn next_purge_deadline(&self) -> Option<Millis> {
-        self.all_services()
-            .filter(|s| s.meta.is_none())
-            .filter_map(|s| s.empty_since)
-            .min()
-            .map(|since| since.saturating_add(self.options.empty_service_ttl))
+        self.empty_implicit
+            .first()
+            .map(|(since, _)| since.saturating_add(self.options.empty_service_ttl))
+    }
+
+    /// The service's entry in the empty-implicit index, if it belongs there.
+    fn purge_entry(service: &Service) -> Option<(Millis, ServiceKey)> {
+        match (
+            &service.meta,
+            service.instances.is_empty(),
+            service.empty_since,
+        ) {
+            (None, true, Some(since)) => Some((since, service.key.clone())),
+            _ => None,
+        }
     }
 
     fn all_services(&self) -> impl Iterator<Item = &Arc<Service>> {
@@ -325,6 +342,9 @@ impl Registry {
                     .insert(key.clone());
             }
             registry.instance_count += service.instances.len();
+            if let Some((since, key)) = Self::purge_entry(&service) {
+                registry.index_empty(key, Some(since));
+            }
             registry
                 .namespaces
                 .entry(service.key.namespace.clone())
@@ -399,6 +419,18 @@ impl Registry {
 
     /// Numbers the events, stamps their services' revisions and logs them.
     fn commit(&mut self, tx: Tx) -> Vec<Change> {
+        let touched: BTreeSet<ServiceKey> = tx
+            .events
+            .iter()
+            .filter_map(|e| e.service().cloned())
+            .collect();
+        for key in touched {
+            let since = self
+                .service_ref(&key)
+                .and_then(Self::purge_entry)
+                .map(|(since, _)| since);
+            self.index_empty(key, since);
+        }
         let mut changes = Vec::with_capacity(tx.events.len());
         for event in tx.events {
             self.revision += 1;
@@ -432,6 +464,16 @@ impl Registry {
             .services
             .get(&(key.group.clone(), key.name.clone()))
             .map(|s| &**s)
+    }
+
+    fn index_empty(&mut self, key: ServiceKey, since: Option<Millis>) {
+        if let Some(old) = self.empty_since.remove(&key) {
+            self.empty_implicit.remove(&(old, key.clone()));
+        }
+        if let Some(since) = since {
+            self.empty_implicit.insert((since, key.clone()));
+            self.empty_since.insert(key, since);
+        }
     }
 
     fn service_mut(&mut self, key: &ServiceKey) -> Option<&mut Service> {

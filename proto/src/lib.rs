@@ -1,1 +1,34 @@
-//! placeholder
+//! understudy-proto: the wire formats, kept apart from the domain.
+//!
+//! Component map:
+//! - [`nacos`]: Nacos JSON bodies of the HTTP Open API (ServiceInfo,
+//!   instances, beats, the v2 `Result` envelope, service and namespace
+//!   bodies, switches, login) with their exact Nacos field names, and the
+//!   conversions between them and `understudy-core` types. Conversions
+//!   from the wire are `TryFrom` with a typed [`DecodeError`].
+//! - Later: the Nacos gRPC proto, the native watch API and the raft
+//!   transport, generated without a system protoc.
+
+pub mod nacos;
+
+use thiserror::Error;
+
+/// A wire value that cannot become a domain value.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("invalid {field}: {reason}")]
+pub struct DecodeError {
+    /// The Nacos name of the offending field.
+    pub field: &'static str,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl DecodeError {
+    /// An error naming `field`.
+    pub fn new(field: &'static str, reason: impl Into<String>) -> Self {
+        Self {
+            field,
+            reason: reason.into(),
+        }
+    }
+}

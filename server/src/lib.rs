@@ -1,1 +1,96 @@
-//! placeholder
+//! understudy-server: the understudy registry node, as a library and the
+//! `understudy` binary.
+//!
+//! Component map:
+//! - `config`: flags, environment and TOML file layered and validated into
+//!   a [`ValidConfig`];
+//! - `clock`: epoch milliseconds on tokio's clock;
+//! - `node`: a running [`Node`]: applied state, the [`Propose`] write seam
+//!   that the raft layer will take over, and its background tasks;
+//! - `writer`: the single-node writer with urgent and normal queues;
+//! - `sweeper`: the liveness task, asleep until the next deadline;
+//! - `http`: the Nacos HTTP Open API, console, operator and probe
+//!   endpoints, and `/metrics`;
+//! - `metrics`: the process-wide Prometheus recorder.
+//!
+//! [`run`] serves a node on pre-bound listeners until a shutdown future
+//! resolves; tests bind port 0 and call it in-process, or build a
+//! [`Node`] and drive [`router`] without sockets.
+
+pub mod clock;
+pub mod config;
+mod http;
+mod metrics;
+pub mod node;
+mod sweeper;
+mod writer;
+
+use std::future::Future;
+use std::net::SocketAddr;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use clock::Clock;
+pub use config::{ConfigError, ValidConfig};
+pub use http::router;
+pub use node::{Applied, Node, Propose, ProposeError};
+
+/// The sockets a node serves on, bound by the caller.
+#[derive(Debug)]
+pub struct Listeners {
+    /// The HTTP port.
+    pub http: TcpListener,
+}
+
+impl Listeners {
+    /// Binds the ports `config` names.
+    pub async fn bind(config: &ValidConfig) -> std::io::Result<Self> {
+        let http = TcpListener::bind(SocketAddr::new(config.bind, config.http_port)).await?;
+        Ok(Self { http })
+    }
+}
+
+/// Serves one node until `shutdown` resolves, then stops accepting, lets
+/// in-flight requests and queued writes finish within the configured grace
+/// period, and stops the background tasks.
+pub async fn run(
+    config: ValidConfig,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let grace = config.shutdown_grace;
+    let tasks = TaskTracker::new();
+    let cancel = CancellationToken::new();
+    let node = Node::start(config, Clock::system(), &tasks, cancel.clone());
+    let address = listeners.http.local_addr()?;
+    tracing::info!(%address, node = node.config().node_id, dc = %node.config().dc, "serving the Nacos HTTP API");
+
+    let stop_http = cancel.child_token();
+    let server = axum::serve(listeners.http, router(node))
+        .with_graceful_shutdown(stop_http.clone().cancelled_owned());
+    let server = tokio::spawn(async move { server.await });
+    shutdown.await;
+    tracing::info!("shutting down");
+    stop_http.cancel();
+    match tokio::time::timeout(grace, server).await {
+        Ok(Ok(result)) => result?,
+        Ok(Err(join)) => tracing::error!(error = %join, "HTTP server task failed"),
+        Err(_) => tracing::warn!(
+            ?grace,
+            "requests still running after the grace period; closing"
+        ),
+    }
+    // The writer drains its queues before it exits.
+    cancel.cancel();
+    tasks.close();
+    if tokio::time::timeout(grace, tasks.wait()).await.is_err() {
+        tracing::warn!(
+            ?grace,
+            "background tasks still running after the grace period"
+        );
+    }
+    tracing::info!("stopped");
+    Ok(())
+}

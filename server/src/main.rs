@@ -1,1 +1,74 @@
-fn main() {}
+//! The `understudy` binary: parse and validate configuration (exit code 64
+//! on invalid values), set up logging, bind, serve until SIGINT or SIGTERM.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+use understudy_server::config::Cli;
+use understudy_server::{run, Listeners};
+
+/// sysexits' EX_USAGE: the command line or config was wrong.
+const EXIT_USAGE: u8 = 64;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let config = match cli.into_serve_args().resolve() {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("understudy: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(&config.log))
+        .init();
+    match serve(config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[tokio::main]
+async fn serve(config: understudy_server::ValidConfig) -> anyhow::Result<()> {
+    let listeners = Listeners::bind(&config)
+        .await
+        .with_context(|| format!("cannot bind {}:{}", config.bind, config.http_port))?;
+    run(config, listeners, shutdown_signal()).await?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate = match tokio::signal::unix::signal(
+            tokio::signal::unix::SignalKind::terminate(),
+        ) {
+            Ok(signal) => signal,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; only SIGINT stops the server");
+                let _ = interrupt.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+}

@@ -1,0 +1,434 @@
+//! Configuration: one settings struct read from flags, `UNDERSTUDY_*`
+//! environment variables and an optional TOML file (flags > env > file >
+//! defaults), then validated into a [`ValidConfig`]. Unknown keys and
+//! invalid values are errors, never silent fallbacks; `main` exits with
+//! code 64 on them.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use serde::Deserialize;
+use thiserror::Error;
+use understudy_core::{HealthTimeouts, Limits, RegistryOptions};
+
+/// A configuration value that cannot be used.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The config file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The config file is not valid TOML for these settings.
+    #[error("invalid config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message, naming the key.
+        message: String,
+    },
+    /// A value is out of range or inconsistent.
+    #[error("invalid {key}: {reason}")]
+    Invalid {
+        /// The setting's file key (its flag is the same with dashes).
+        key: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+fn invalid(key: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key,
+        reason: reason.into(),
+    }
+}
+
+/// The command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "understudy",
+    version,
+    about = "A service registry that stands in for Nacos"
+)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    /// What to do; `serve` when absent.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Settings for the default `serve`.
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve one registry node (the default).
+    Serve(ServeArgs),
+}
+
+impl Cli {
+    /// The serve arguments, whichever way they were given.
+    pub fn into_serve_args(self) -> ServeArgs {
+        match self.command {
+            Some(Command::Serve(args)) => args,
+            None => self.serve,
+        }
+    }
+}
+
+/// `serve`'s arguments: a config file and the settings.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ServeArgs {
+    /// A TOML file with any of the settings below (keys in snake_case).
+    #[arg(long, env = "UNDERSTUDY_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The settings.
+    #[command(flatten)]
+    pub settings: Settings,
+}
+
+/// Every setting, each optional so that the sources can be layered. The
+/// same struct is the config file's schema.
+#[derive(Debug, Clone, Default, PartialEq, clap::Args, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Settings {
+    /// Address to listen on [default: 127.0.0.1].
+    #[arg(long, env = "UNDERSTUDY_BIND")]
+    pub bind: Option<IpAddr>,
+    /// HTTP port: Nacos Open API, admin, metrics [default: 8848].
+    #[arg(long, env = "UNDERSTUDY_HTTP_PORT")]
+    pub http_port: Option<u16>,
+    /// This node's id [default: 1].
+    #[arg(long, env = "UNDERSTUDY_NODE_ID")]
+    pub node_id: Option<u64>,
+    /// This node's datacenter label [default: dc1].
+    #[arg(long, env = "UNDERSTUDY_DC")]
+    pub dc: Option<String>,
+    /// Log filter, tracing-subscriber syntax [default: info].
+    #[arg(long, env = "UNDERSTUDY_LOG")]
+    pub log: Option<String>,
+    /// Beat period told to v1 clients, ms [default: 5000].
+    #[arg(long, env = "UNDERSTUDY_BEAT_INTERVAL_MS")]
+    pub beat_interval_ms: Option<u64>,
+    /// No beat for this long makes an instance unhealthy, ms [default: 15000].
+    #[arg(long, env = "UNDERSTUDY_UNHEALTHY_TIMEOUT_MS")]
+    pub unhealthy_timeout_ms: Option<u64>,
+    /// No beat for this long removes an instance, ms [default: 30000].
+    #[arg(long, env = "UNDERSTUDY_DELETE_TIMEOUT_MS")]
+    pub delete_timeout_ms: Option<u64>,
+    /// Implicitly created services are removed after being empty this long, ms [default: 60000].
+    #[arg(long, env = "UNDERSTUDY_EMPTY_SERVICE_TTL_MS")]
+    pub empty_service_ttl_ms: Option<u64>,
+    /// Metadata key an instance's zone is read from [default: zone].
+    #[arg(long, env = "UNDERSTUDY_ZONE_KEY")]
+    pub zone_key: Option<String>,
+    /// Recent changes kept for watch resume [default: 100000].
+    #[arg(long, env = "UNDERSTUDY_CHANGE_LOG_CAPACITY")]
+    pub change_log_capacity: Option<usize>,
+    /// Largest accepted HTTP request body, bytes [default: 1048576].
+    #[arg(long, env = "UNDERSTUDY_MAX_BODY_BYTES")]
+    pub max_body_bytes: Option<usize>,
+    /// Most metadata entries per instance or service [default: 64].
+    #[arg(long, env = "UNDERSTUDY_MAX_METADATA_ENTRIES")]
+    pub max_metadata_entries: Option<usize>,
+    /// Longest metadata key, bytes [default: 256].
+    #[arg(long, env = "UNDERSTUDY_MAX_METADATA_KEY_BYTES")]
+    pub max_metadata_key_bytes: Option<usize>,
+    /// Longest metadata value, bytes [default: 4096].
+    #[arg(long, env = "UNDERSTUDY_MAX_METADATA_VALUE_BYTES")]
+    pub max_metadata_value_bytes: Option<usize>,
+    /// Most instances in one registration [default: 1000].
+    #[arg(long, env = "UNDERSTUDY_MAX_INSTANCES_PER_REGISTRATION")]
+    pub max_instances_per_registration: Option<usize>,
+    /// Capacity of each write queue (urgent and normal) [default: 4096].
+    #[arg(long, env = "UNDERSTUDY_WRITE_QUEUE")]
+    pub write_queue: Option<usize>,
+    /// How long a write may wait for room in its queue before it is refused, ms [default: 2000].
+    #[arg(long, env = "UNDERSTUDY_WRITE_TIMEOUT_MS")]
+    pub write_timeout_ms: Option<u64>,
+    /// How long shutdown waits for requests and tasks to finish, ms [default: 5000].
+    #[arg(long, env = "UNDERSTUDY_SHUTDOWN_GRACE_MS")]
+    pub shutdown_grace_ms: Option<u64>,
+}
+
+macro_rules! layer {
+    ($high:expr, $low:expr, $($field:ident),* $(,)?) => {
+        Settings { $($field: $high.$field.or($low.$field)),* }
+    };
+}
+
+impl Settings {
+    /// `self` where set, else `lower`.
+    pub fn over(self, lower: Settings) -> Settings {
+        layer!(
+            self,
+            lower,
+            bind,
+            http_port,
+            node_id,
+            dc,
+            log,
+            beat_interval_ms,
+            unhealthy_timeout_ms,
+            delete_timeout_ms,
+            empty_service_ttl_ms,
+            zone_key,
+            change_log_capacity,
+            max_body_bytes,
+            max_metadata_entries,
+            max_metadata_key_bytes,
+            max_metadata_value_bytes,
+            max_instances_per_registration,
+            write_queue,
+            write_timeout_ms,
+            shutdown_grace_ms,
+        )
+    }
+
+    /// Reads a TOML config file.
+    pub fn from_file(path: &Path) -> Result<Settings, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_toml(&text).map_err(|message| ConfigError::Parse {
+            path: path.to_owned(),
+            message,
+        })
+    }
+
+    /// Parses TOML text.
+    pub fn from_toml(text: &str) -> Result<Settings, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+}
+
+impl ServeArgs {
+    /// Layers flags and env over the config file and validates.
+    pub fn resolve(self) -> Result<ValidConfig, ConfigError> {
+        let file = match &self.config {
+            Some(path) => Settings::from_file(path)?,
+            None => Settings::default(),
+        };
+        ValidConfig::from_settings(self.settings.over(file))
+    }
+}
+
+/// A validated configuration.
+#[derive(Debug, Clone)]
+pub struct ValidConfig {
+    /// Address to listen on.
+    pub bind: IpAddr,
+    /// HTTP port.
+    pub http_port: u16,
+    /// This node's id.
+    pub node_id: u64,
+    /// This node's datacenter.
+    pub dc: String,
+    /// Log filter.
+    pub log: String,
+    /// The registry's rules.
+    pub registry: RegistryOptions,
+    /// Largest HTTP body.
+    pub max_body_bytes: usize,
+    /// Capacity of each write queue.
+    pub write_queue: usize,
+    /// How long a write may wait for queue room.
+    pub write_timeout: Duration,
+    /// Shutdown grace period.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ValidConfig {
+    fn default() -> Self {
+        Self::from_settings(Settings::default()).expect("the defaults are valid")
+    }
+}
+
+impl ValidConfig {
+    /// Validates layered settings, filling defaults.
+    pub fn from_settings(s: Settings) -> Result<Self, ConfigError> {
+        let health = HealthTimeouts {
+            beat_interval: positive("beat_interval_ms", s.beat_interval_ms, 5_000)?,
+            unhealthy_after: positive("unhealthy_timeout_ms", s.unhealthy_timeout_ms, 15_000)?,
+            delete_after: positive("delete_timeout_ms", s.delete_timeout_ms, 30_000)?,
+        };
+        if health.unhealthy_after < health.beat_interval {
+            return Err(invalid(
+                "unhealthy_timeout_ms",
+                "must be at least beat_interval_ms",
+            ));
+        }
+        if health.delete_after < health.unhealthy_after {
+            return Err(invalid(
+                "delete_timeout_ms",
+                "must be at least unhealthy_timeout_ms",
+            ));
+        }
+        let limits = Limits {
+            max_metadata_entries: positive("max_metadata_entries", s.max_metadata_entries, 64)?,
+            max_metadata_key_bytes: positive(
+                "max_metadata_key_bytes",
+                s.max_metadata_key_bytes,
+                256,
+            )?,
+            max_metadata_value_bytes: positive(
+                "max_metadata_value_bytes",
+                s.max_metadata_value_bytes,
+                4096,
+            )?,
+            max_instances_per_registration: positive(
+                "max_instances_per_registration",
+                s.max_instances_per_registration,
+                1000,
+            )?,
+        };
+        let zone_key = s.zone_key.unwrap_or_else(|| "zone".to_owned());
+        if zone_key.trim().is_empty() {
+            return Err(invalid("zone_key", "must not be blank"));
+        }
+        let registry = RegistryOptions {
+            health,
+            limits,
+            zone_key,
+            empty_service_ttl: positive("empty_service_ttl_ms", s.empty_service_ttl_ms, 60_000)?,
+            change_log_capacity: s.change_log_capacity.unwrap_or(100_000),
+        };
+        let max_body_bytes = s.max_body_bytes.unwrap_or(1 << 20);
+        if max_body_bytes < 1024 {
+            return Err(invalid("max_body_bytes", "must be at least 1024"));
+        }
+        let dc = s.dc.unwrap_or_else(|| "dc1".to_owned());
+        if dc.is_empty()
+            || !dc
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(invalid(
+                "dc",
+                format!("'{dc}' must be letters, digits, '-' or '_'"),
+            ));
+        }
+        let log = s.log.unwrap_or_else(|| "info".to_owned());
+        tracing_subscriber::EnvFilter::try_new(&log)
+            .map_err(|e| invalid("log", format!("'{log}' is not a log filter: {e}")))?;
+        Ok(Self {
+            bind: s.bind.unwrap_or(IpAddr::from([127, 0, 0, 1])),
+            http_port: s.http_port.unwrap_or(8848),
+            node_id: positive("node_id", s.node_id, 1)?,
+            dc,
+            log,
+            registry,
+            max_body_bytes,
+            write_queue: positive("write_queue", s.write_queue, 4096)?,
+            write_timeout: Duration::from_millis(positive(
+                "write_timeout_ms",
+                s.write_timeout_ms,
+                2_000,
+            )?),
+            shutdown_grace: Duration::from_millis(s.shutdown_grace_ms.unwrap_or(5_000)),
+        })
+    }
+}
+
+fn positive<T>(key: &'static str, value: Option<T>, default: T) -> Result<T, ConfigError>
+where
+    T: PartialOrd + Default + std::fmt::Display + Copy,
+{
+    let value = value.unwrap_or(default);
+    if value <= T::default() {
+        return Err(invalid(key, format!("must be greater than 0, got {value}")));
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_win_over_the_file_and_the_file_over_defaults() {
+        let file = Settings::from_toml("http_port = 9000\nnode_id = 7\n").unwrap();
+        let flags = Settings {
+            http_port: Some(9100),
+            ..Settings::default()
+        };
+        let config = ValidConfig::from_settings(flags.over(file)).unwrap();
+        assert_eq!((config.http_port, config.node_id), (9100, 7));
+        assert_eq!(config.bind.to_string(), "127.0.0.1");
+    }
+
+    #[test]
+    fn unknown_keys_in_the_file_are_errors() {
+        let err = Settings::from_toml("http_prot = 1\n").unwrap_err();
+        assert!(err.contains("http_prot"), "{err}");
+    }
+
+    #[test]
+    fn invalid_values_name_their_key() {
+        let cases = [
+            (
+                Settings {
+                    unhealthy_timeout_ms: Some(1),
+                    ..Settings::default()
+                },
+                "unhealthy_timeout_ms",
+            ),
+            (
+                Settings {
+                    delete_timeout_ms: Some(10_000),
+                    ..Settings::default()
+                },
+                "delete_timeout_ms",
+            ),
+            (
+                Settings {
+                    max_body_bytes: Some(10),
+                    ..Settings::default()
+                },
+                "max_body_bytes",
+            ),
+            (
+                Settings {
+                    dc: Some("a b".into()),
+                    ..Settings::default()
+                },
+                "dc",
+            ),
+            (
+                Settings {
+                    write_queue: Some(0),
+                    ..Settings::default()
+                },
+                "write_queue",
+            ),
+            (
+                Settings {
+                    log: Some("[[[".into()),
+                    ..Settings::default()
+                },
+                "log",
+            ),
+        ];
+        for (settings, key) in cases {
+            match ValidConfig::from_settings(settings) {
+                Err(ConfigError::Invalid { key: k, .. }) => assert_eq!(k, key),
+                other => panic!("{key}: expected an error, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_shipped_example_config_parses_and_validates() {
+        let text = include_str!("../../understudy.example.toml");
+        let settings = Settings::from_toml(text).unwrap();
+        ValidConfig::from_settings(settings).unwrap();
+    }
+}

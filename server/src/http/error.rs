@@ -1,0 +1,185 @@
+//! The one place where errors become HTTP answers: a missing or invalid
+//! parameter, a refused command, an overloaded writer. v1 endpoints answer
+//! with Nacos' plain-text bodies, v2 endpoints with the `Result` envelope;
+//! either way the status is 4xx for anything the caller can fix, and the
+//! message names the field.
+
+use std::borrow::Cow;
+
+use axum::extract::rejection::BytesRejection;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use understudy_core::Error as CoreError;
+use understudy_proto::nacos::{ErrorCode, NacosResult};
+use understudy_proto::DecodeError;
+
+use crate::node::ProposeError;
+
+/// An error answer.
+#[derive(Debug, Clone)]
+pub(crate) struct ApiError {
+    status: StatusCode,
+    code: ErrorCode,
+    field: Option<Cow<'static, str>>,
+    message: String,
+}
+
+impl ApiError {
+    fn new(
+        status: StatusCode,
+        code: ErrorCode,
+        field: Option<Cow<'static, str>>,
+        message: String,
+    ) -> Self {
+        Self {
+            status,
+            code,
+            field,
+            message,
+        }
+    }
+
+    /// A required parameter is absent or blank.
+    pub(crate) fn missing(field: &'static str) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::ParameterMissing,
+            Some(Cow::Borrowed(field)),
+            format!("Param '{field}' is required."),
+        )
+    }
+
+    /// A parameter is present but unusable.
+    pub(crate) fn invalid(field: &'static str, reason: impl AsRef<str>) -> Self {
+        Self::invalid_owned(Cow::Borrowed(field), reason)
+    }
+
+    /// Same, for a parameter whose name came from the request.
+    pub(crate) fn invalid_owned(
+        field: impl Into<Cow<'static, str>>,
+        reason: impl AsRef<str>,
+    ) -> Self {
+        let field = field.into();
+        let code = match field.as_ref() {
+            "weight" => ErrorCode::WeightError,
+            "metadata" => ErrorCode::InstanceMetadataError,
+            "serviceName" => ErrorCode::ServiceNameError,
+            "namespaceId" => ErrorCode::IllegalNamespace,
+            _ => ErrorCode::ParameterValidateError,
+        };
+        let message = format!("invalid {field}: {}", reason.as_ref());
+        Self::new(StatusCode::BAD_REQUEST, code, Some(field), message)
+    }
+
+    /// Something asked for does not exist.
+    pub(crate) fn not_found(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, code, None, message.into())
+    }
+
+    /// The body could not be read (too large, or broken).
+    pub(crate) fn from_body(rejection: BytesRejection) -> Self {
+        let status = rejection.status();
+        if status == StatusCode::PAYLOAD_TOO_LARGE {
+            Self::new(
+                status,
+                ErrorCode::ParameterValidateError,
+                Some(Cow::Borrowed("body")),
+                "request body is larger than the configured max_body_bytes".to_owned(),
+            )
+        } else {
+            Self::new(
+                StatusCode::BAD_REQUEST,
+                ErrorCode::ParameterValidateError,
+                Some(Cow::Borrowed("body")),
+                format!("request body cannot be read: {rejection}"),
+            )
+        }
+    }
+
+    /// The field it names, if any.
+    #[cfg(test)]
+    pub(crate) fn field(&self) -> Option<&str> {
+        self.field.as_deref()
+    }
+
+    fn log(&self) {
+        tracing::debug!(status = %self.status, field = self.field.as_deref(), message = %self.message, "request refused");
+    }
+
+    /// Renders as a v1 plain-text answer.
+    pub(crate) fn v1(self) -> Response {
+        self.log();
+        (self.status, plain(self.message)).into_response()
+    }
+
+    /// Renders as a v2 `Result` envelope.
+    pub(crate) fn v2(self) -> Response {
+        self.log();
+        let body = NacosResult {
+            code: self.code.code(),
+            message: self.code.message().to_owned(),
+            data: self.message,
+        };
+        (self.status, Json(body)).into_response()
+    }
+}
+
+/// Extractor rejections outside a handler's own rendering fall back to
+/// the v1 shape.
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        self.v1()
+    }
+}
+
+/// A `text/plain;charset=UTF-8` body, as Nacos v1 writes them.
+pub(crate) fn plain(text: impl Into<String>) -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "text/plain;charset=UTF-8")],
+        text.into(),
+    )
+        .into_response()
+}
+
+impl From<CoreError> for ApiError {
+    fn from(error: CoreError) -> Self {
+        let message = error.to_string();
+        let bad = |code| Self::new(StatusCode::BAD_REQUEST, code, None, message.clone());
+        match error {
+            CoreError::Invalid { field, reason } => Self::invalid(field, reason),
+            CoreError::ServiceNotFound { .. } => bad(ErrorCode::ServiceNotExist),
+            CoreError::ServiceExists { .. } => bad(ErrorCode::ServiceAlreadyExist),
+            CoreError::ServiceNotEmpty { .. } => bad(ErrorCode::ServiceDeleteFailure),
+            CoreError::KindMismatch { .. } => bad(ErrorCode::InstanceError),
+            CoreError::InstanceNotFound { .. } => {
+                Self::not_found(ErrorCode::InstanceNotFound, message)
+            }
+            CoreError::NamespaceExists { .. } => bad(ErrorCode::NamespaceAlreadyExist),
+            CoreError::NamespaceNotFound { .. } => bad(ErrorCode::NamespaceNotExist),
+            CoreError::NamespaceNotEmpty { .. } | CoreError::HistoryCompacted { .. } => {
+                bad(ErrorCode::ParameterValidateError)
+            }
+        }
+    }
+}
+
+impl From<DecodeError> for ApiError {
+    fn from(error: DecodeError) -> Self {
+        Self::invalid(error.field, error.reason)
+    }
+}
+
+impl From<ProposeError> for ApiError {
+    fn from(error: ProposeError) -> Self {
+        match error {
+            ProposeError::Rejected(core) => core.into(),
+            ProposeError::Busy | ProposeError::ShuttingDown => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::ServerError,
+                None,
+                error.to_string(),
+            ),
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! The HTTP adapter on the main port: the Nacos naming Open API (v1, v2),
+//! console and operator endpoints, native probes and `/metrics`. It owns
+//! routing, the body limit, request metrics and the fallbacks; handlers
+//! live in `naming` and `ops`, errors are rendered in `error`.
+
+mod error;
+mod naming;
+mod ops;
+mod params;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::extract::{DefaultBodyLimit, FromRef, MatchedPath, Request};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::Router;
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde_json::Value;
+
+use crate::node::Node;
+
+/// The router's state.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    node: Node,
+    metrics: PrometheusHandle,
+    /// Switch values set through `PUT /operator/switches` on this node.
+    switches: Arc<Mutex<BTreeMap<String, Value>>>,
+}
+
+impl FromRef<AppState> for Node {
+    fn from_ref(state: &AppState) -> Node {
+        state.node.clone()
+    }
+}
+
+/// Builds the HTTP router for a node.
+pub fn router(node: Node) -> Router {
+    let max_body = node.config().max_body_bytes;
+    let state = AppState {
+        node,
+        metrics: crate::metrics::handle(),
+        switches: Arc::default(),
+    };
+    let ns = "/nacos/v1/ns";
+    let ns2 = "/nacos/v2/ns";
+    let mut router = Router::new()
+        // v1 instances
+        .route(
+            &format!("{ns}/instance"),
+            post(naming::register_v1)
+                .delete(naming::deregister_v1)
+                .put(naming::update_v1)
+                .patch(naming::patch_v1)
+                .get(naming::detail_v1),
+        )
+        .route(&format!("{ns}/instance/list"), get(naming::list_v1))
+        .route(&format!("{ns}/instance/beat"), put(naming::beat_v1))
+        // v1 services
+        .route(
+            &format!("{ns}/service"),
+            post(naming::create_service_v1)
+                .delete(naming::delete_service_v1)
+                .put(naming::update_service_v1)
+                .get(naming::service_detail_v1),
+        )
+        .route(&format!("{ns}/service/list"), get(naming::service_list_v1))
+        .route(&format!("{ns}/health/instance"), put(naming::health_v1))
+        .route(&format!("{ns}/health"), put(naming::health_v1))
+        .route(&format!("{ns}/health/server"), get(ops::health_server))
+        // v2 instances and services
+        .route(
+            &format!("{ns2}/instance"),
+            post(naming::register_v2)
+                .delete(naming::deregister_v2)
+                .put(naming::update_v2)
+                .get(naming::detail_v2),
+        )
+        .route(&format!("{ns2}/instance/list"), get(naming::list_v2))
+        .route(&format!("{ns2}/instance/beat"), put(naming::beat_v2))
+        .route(
+            &format!("{ns2}/service"),
+            post(naming::create_service_v2)
+                .delete(naming::delete_service_v2)
+                .put(naming::update_service_v2)
+                .get(naming::service_detail_v2),
+        )
+        .route(&format!("{ns2}/service/list"), get(naming::service_list_v2))
+        .route(&format!("{ns2}/health/instance"), put(naming::health_v2))
+        .route(
+            &format!("{ns2}/operator/metrics"),
+            get(ops::operator_metrics_v2),
+        )
+        .route(
+            &format!("{ns2}/operator/switches"),
+            get(ops::get_switches_v2).put(ops::put_switches_v2),
+        );
+    // The operator endpoints also answer under `/ops`, as in Nacos.
+    for prefix in ["operator", "ops"] {
+        router = router
+            .route(
+                &format!("{ns}/{prefix}/metrics"),
+                get(ops::operator_metrics),
+            )
+            .route(
+                &format!("{ns}/{prefix}/switches"),
+                get(ops::get_switches).put(ops::put_switches),
+            );
+    }
+    for path in [
+        "/nacos/v1/auth/login",
+        "/nacos/v1/auth/users/login",
+        "/nacos/v3/auth/user/login",
+    ] {
+        router = router.route(path, post(ops::login));
+    }
+    router
+        .route(
+            "/nacos/v1/console/namespaces",
+            get(ops::namespaces_get)
+                .post(ops::namespaces_post)
+                .put(ops::namespaces_put)
+                .delete(ops::namespaces_delete),
+        )
+        .route(
+            "/nacos/v2/console/namespace",
+            get(ops::namespace_get_v2)
+                .post(ops::namespace_post_v2)
+                .put(ops::namespace_put_v2)
+                .delete(ops::namespace_delete_v2),
+        )
+        .route(
+            "/nacos/v2/console/namespace/list",
+            get(ops::namespace_get_v2),
+        )
+        .route("/nacos/v1/console/server/state", get(ops::server_state))
+        .route("/nacos/v1/console/health/liveness", get(ops::ok_text))
+        .route("/nacos/v1/console/health/readiness", get(ops::ok_text))
+        .route("/nacos/v1/core/cluster/nodes", get(ops::cluster_nodes))
+        .route("/nacos/v1/core/cluster/health", get(ops::cluster_health))
+        .route("/health", get(ops::health))
+        .route("/ready", get(ops::ready))
+        .route("/metrics", get(ops::metrics))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn(record))
+        .layer(DefaultBodyLimit::max(max_body))
+        .with_state(state)
+}
+
+async fn not_found(request: Request) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        format!("no such endpoint: {}", request.uri().path()),
+    )
+        .into_response()
+}
+
+async fn method_not_allowed(request: Request) -> Response {
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!(
+            "method {} is not allowed on {}",
+            request.method(),
+            request.uri().path()
+        ),
+    )
+        .into_response()
+}
+
+/// Counts requests and times them per route.
+async fn record(request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let method = request.method().as_str().to_owned();
+    let started = Instant::now();
+    let response = next.run(request).await;
+    let status = response.status().as_u16().to_string();
+    metrics::counter!("understudy_http_requests_total", "route" => route.clone(), "method" => method, "status" => status)
+        .increment(1);
+    metrics::histogram!("understudy_http_request_seconds", "route" => route)
+        .record(started.elapsed().as_secs_f64());
+    response
+}

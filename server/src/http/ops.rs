@@ -1,0 +1,405 @@
+//! Operator, console and probe endpoints that clients and tools call
+//! around the naming API: server status and metrics, switches, health and
+//! readiness, server state, cluster members, login, namespaces and the
+//! Prometheus scrape.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::extract::State;
+use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+use understudy_core::{NamespaceId, Op};
+use understudy_proto::nacos::{switches, ConsoleResult, LoginReply, NacosResult, NamespaceJson};
+
+use super::error::{plain, ApiError};
+use super::params::Params;
+use super::AppState;
+use crate::node::Node;
+
+type Input = Result<Params, ApiError>;
+
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// `GET /nacos/v1/ns/operator/metrics`: Java 2.x checks `status == "UP"`.
+pub(crate) async fn operator_metrics(State(node): State<Node>, params: Input) -> Response {
+    let only_status = params.as_ref().map_or(true, |p| p.flag("onlyStatus", true));
+    if only_status {
+        return Json(json!({"status": "UP"})).into_response();
+    }
+    let counts = node.registry().counts();
+    Json(json!({
+        "status": "UP",
+        "serviceCount": counts.services,
+        "instanceCount": counts.instances,
+        "subscribeCount": 0,
+        "responsibleInstanceCount": counts.instances,
+        "clientCount": 0,
+        "connectionBasedClientCount": 0,
+        "ephemeralIpPortClientCount": 0,
+        "persistentIpPortClientCount": 0,
+        "responsibleClientCount": 0,
+    }))
+    .into_response()
+}
+
+pub(crate) async fn operator_metrics_v2(State(node): State<Node>, params: Input) -> Response {
+    let counts = node.registry().counts();
+    let mut data = json!({"status": "UP"});
+    if !params.as_ref().map_or(true, |p| p.flag("onlyStatus", true)) {
+        data["serviceCount"] = counts.services.into();
+        data["instanceCount"] = counts.instances.into();
+    }
+    Json(NacosResult::success(data)).into_response()
+}
+
+fn current_switches(state: &AppState) -> Value {
+    let mut all = switches(state.node.config().registry.health.beat_interval);
+    let overrides = state.switches.lock().unwrap_or_else(|p| p.into_inner());
+    for (k, v) in overrides.iter() {
+        all[k] = v.clone();
+    }
+    all
+}
+
+pub(crate) async fn get_switches(State(state): State<AppState>) -> Response {
+    Json(current_switches(&state)).into_response()
+}
+
+pub(crate) async fn get_switches_v2(State(state): State<AppState>) -> Response {
+    Json(NacosResult::success(current_switches(&state))).into_response()
+}
+
+/// `PUT /operator/switches`: known entries only, and the value must have
+/// the entry's type. Stored on this node and shown by `GET`.
+fn put_switch(state: &AppState, p: &Params) -> Result<(), ApiError> {
+    let entry = p.required("entry")?;
+    let raw = p.required("value")?;
+    let defaults = switches(state.node.config().registry.health.beat_interval);
+    let value = match defaults.get(entry) {
+        Some(Value::Bool(_)) => match raw.trim().to_ascii_lowercase().as_str() {
+            "true" => Value::Bool(true),
+            "false" => Value::Bool(false),
+            _ => {
+                return Err(ApiError::invalid(
+                    "value",
+                    format!("'{entry}' takes true or false"),
+                ))
+            }
+        },
+        Some(Value::Number(_)) => raw
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|n| n.is_finite())
+            .and_then(|n| {
+                if n.fract() == 0.0 && n.abs() < 9.0e15 {
+                    Some(Value::from(n as i64))
+                } else {
+                    serde_json::Number::from_f64(n).map(Value::Number)
+                }
+            })
+            .ok_or_else(|| ApiError::invalid("value", format!("'{entry}' takes a number")))?,
+        Some(Value::String(_)) => Value::String(raw.to_owned()),
+        _ => {
+            return Err(ApiError::invalid(
+                "entry",
+                format!(
+                    "'{}' is not a switch that can be set",
+                    super::params::clip(entry)
+                ),
+            ))
+        }
+    };
+    state
+        .switches
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(entry.to_owned(), value);
+    Ok(())
+}
+
+pub(crate) async fn put_switches(State(state): State<AppState>, params: Input) -> Response {
+    params
+        .and_then(|p| put_switch(&state, &p))
+        .map_or_else(ApiError::v1, |()| plain("ok"))
+}
+
+pub(crate) async fn put_switches_v2(State(state): State<AppState>, params: Input) -> Response {
+    params
+        .and_then(|p| put_switch(&state, &p))
+        .map_or_else(ApiError::v2, |()| {
+            Json(NacosResult::success("ok")).into_response()
+        })
+}
+
+pub(crate) async fn health_server(State(node): State<Node>) -> Response {
+    let services = node.registry().counts().services;
+    Json(json!({
+        "msg": format!(
+            "Hello! I am Nacos-Naming and healthy! total services: {services}, local port:{}",
+            node.config().http_port
+        )
+    }))
+    .into_response()
+}
+
+pub(crate) async fn server_state(State(node): State<Node>) -> Response {
+    Json(json!({
+        "version": VERSION,
+        "standalone_mode": "standalone",
+        "startup_mode": "standalone",
+        "function_mode": "naming",
+        "server_port": node.config().http_port.to_string(),
+        "auth_enabled": "false",
+        "login_page_enabled": "false",
+        "auth_system_type": "nacos",
+        "console_ui_enabled": "false",
+    }))
+    .into_response()
+}
+
+pub(crate) async fn ok_text() -> Response {
+    plain("OK")
+}
+
+pub(crate) async fn cluster_nodes(State(node): State<Node>) -> Response {
+    let config = node.config();
+    let address = format!("{}:{}", config.bind, config.http_port);
+    Json(ConsoleResult::ok(json!([{
+        "ip": config.bind.to_string(),
+        "port": config.http_port,
+        "state": "UP",
+        "address": address,
+        "extendInfo": {"nodeId": config.node_id, "dc": config.dc},
+        "abilities": {},
+    }])))
+    .into_response()
+}
+
+pub(crate) async fn cluster_health() -> Response {
+    Json(ConsoleResult::ok("UP")).into_response()
+}
+
+static TOKENS: AtomicU64 = AtomicU64::new(0);
+
+/// Login: auth is not enforced yet, so any credentials get a token, as
+/// clients require (Python 3.x fails every call if login fails).
+pub(crate) async fn login(State(node): State<Node>, params: Input) -> Response {
+    let username = params
+        .as_ref()
+        .ok()
+        .and_then(|p| p.get("username").map(str::to_owned))
+        .unwrap_or_else(|| "nacos".to_owned());
+    let serial = TOKENS.fetch_add(1, Ordering::Relaxed);
+    let token = format!(
+        "understudy.{}.{}.{serial}",
+        node.config().node_id,
+        node.now()
+    );
+    let reply = LoginReply {
+        access_token: token.clone(),
+        token_ttl: 18_000,
+        global_admin: true,
+        username,
+    };
+    ([(AUTHORIZATION, format!("Bearer {token}"))], Json(reply)).into_response()
+}
+
+// ---- namespaces ----------------------------------------------------------
+
+fn namespace_json(node: &Node, id: &NamespaceId) -> Option<NamespaceJson> {
+    node.registry()
+        .namespaces()
+        .iter()
+        .find(|n| n.id == *id)
+        .map(NamespaceJson::from)
+}
+
+fn namespace_list(node: &Node) -> Vec<NamespaceJson> {
+    node.registry()
+        .namespaces()
+        .iter()
+        .map(NamespaceJson::from)
+        .collect()
+}
+
+static NAMESPACE_IDS: AtomicU64 = AtomicU64::new(0);
+
+fn new_namespace_id(node: &Node) -> String {
+    let serial = NAMESPACE_IDS.fetch_add(1, Ordering::Relaxed);
+    format!("ns-{:x}-{serial:x}", node.now())
+}
+
+fn namespace_id(p: &Params, field: &'static str) -> Result<NamespaceId, ApiError> {
+    NamespaceId::parse(p.required(field)?).map_err(|e| ApiError::invalid(field, e.to_string()))
+}
+
+/// `GET /nacos/v1/console/namespaces` in its three shapes.
+pub(crate) async fn namespaces_get(State(node): State<Node>, params: Input) -> Response {
+    let p = match params {
+        Ok(p) => p,
+        Err(e) => return e.v1(),
+    };
+    if p.flag("checkNamespaceIdExist", false) {
+        let exists = p
+            .get("customNamespaceId")
+            .and_then(|id| NamespaceId::parse(id).ok())
+            .is_some_and(|id| {
+                node.registry()
+                    .namespaces()
+                    .iter()
+                    .any(|n| n.id == id && n.explicit)
+            });
+        return Json(exists).into_response();
+    }
+    if p.get("show") == Some("all") {
+        let id = NamespaceId::parse(p.get("namespaceId").unwrap_or(""));
+        return match id.ok().and_then(|id| namespace_json(&node, &id)) {
+            Some(ns) => Json(ns).into_response(),
+            None => ApiError::not_found(
+                understudy_proto::nacos::ErrorCode::NamespaceNotExist,
+                "namespace does not exist",
+            )
+            .v1(),
+        };
+    }
+    Json(ConsoleResult::ok(namespace_list(&node))).into_response()
+}
+
+async fn create_namespace(
+    node: &Node,
+    p: &Params,
+    id_field: &'static str,
+    name_field: &'static str,
+) -> Result<(), ApiError> {
+    let id = match p.get(id_field) {
+        Some(raw) => {
+            NamespaceId::parse(raw).map_err(|e| ApiError::invalid(id_field, e.to_string()))?
+        }
+        None => NamespaceId::parse(&new_namespace_id(node))?,
+    };
+    let name = p.required(name_field)?.to_owned();
+    let description = p.get("namespaceDesc").unwrap_or("").to_owned();
+    node.propose(Op::CreateNamespace {
+        namespace: id,
+        name,
+        description,
+    })
+    .await?;
+    Ok(())
+}
+
+async fn update_namespace(
+    node: &Node,
+    p: &Params,
+    id_field: &'static str,
+    name_field: &'static str,
+) -> Result<(), ApiError> {
+    let id = namespace_id(p, id_field)?;
+    let name = p.required(name_field)?.to_owned();
+    let description = p.get("namespaceDesc").unwrap_or("").to_owned();
+    node.propose(Op::UpdateNamespace {
+        namespace: id,
+        name,
+        description,
+    })
+    .await?;
+    Ok(())
+}
+
+async fn delete_namespace(node: &Node, p: &Params) -> Result<(), ApiError> {
+    let id = namespace_id(p, "namespaceId")?;
+    node.propose(Op::DeleteNamespace { namespace: id }).await?;
+    Ok(())
+}
+
+fn v1_true(result: Result<(), ApiError>) -> Response {
+    result.map_or_else(ApiError::v1, |()| Json(true).into_response())
+}
+
+fn v2_true(result: Result<(), ApiError>) -> Response {
+    result.map_or_else(ApiError::v2, |()| {
+        Json(NacosResult::success(true)).into_response()
+    })
+}
+
+pub(crate) async fn namespaces_post(State(node): State<Node>, params: Input) -> Response {
+    v1_true(
+        async { create_namespace(&node, &params?, "customNamespaceId", "namespaceName").await }
+            .await,
+    )
+}
+
+pub(crate) async fn namespaces_put(State(node): State<Node>, params: Input) -> Response {
+    v1_true(
+        async { update_namespace(&node, &params?, "namespace", "namespaceShowName").await }.await,
+    )
+}
+
+pub(crate) async fn namespaces_delete(State(node): State<Node>, params: Input) -> Response {
+    v1_true(async { delete_namespace(&node, &params?).await }.await)
+}
+
+pub(crate) async fn namespace_get_v2(State(node): State<Node>, params: Input) -> Response {
+    let result = params.and_then(|p| match p.get("namespaceId") {
+        None => Ok(json!(namespace_list(&node))),
+        Some(raw) => {
+            let id = NamespaceId::parse(raw)
+                .map_err(|e| ApiError::invalid("namespaceId", e.to_string()))?;
+            namespace_json(&node, &id)
+                .map(|ns| json!(ns))
+                .ok_or_else(|| {
+                    ApiError::not_found(
+                        understudy_proto::nacos::ErrorCode::NamespaceNotExist,
+                        "namespace does not exist",
+                    )
+                })
+        }
+    });
+    result.map_or_else(ApiError::v2, |data| {
+        Json(NacosResult::success(data)).into_response()
+    })
+}
+
+pub(crate) async fn namespace_post_v2(State(node): State<Node>, params: Input) -> Response {
+    v2_true(async { create_namespace(&node, &params?, "namespaceId", "namespaceName").await }.await)
+}
+
+pub(crate) async fn namespace_put_v2(State(node): State<Node>, params: Input) -> Response {
+    v2_true(async { update_namespace(&node, &params?, "namespaceId", "namespaceName").await }.await)
+}
+
+pub(crate) async fn namespace_delete_v2(State(node): State<Node>, params: Input) -> Response {
+    v2_true(async { delete_namespace(&node, &params?).await }.await)
+}
+
+// ---- native probes and metrics -------------------------------------------
+
+pub(crate) async fn health() -> Response {
+    Json(json!({"status": "UP"})).into_response()
+}
+
+/// Ready once the node applies writes: a single node always does while it
+/// runs; the raft layer will add "has a leader and has caught up".
+pub(crate) async fn ready(State(node): State<Node>) -> Response {
+    let revision = node.registry().revision();
+    Json(json!({"status": "UP", "appliedRevision": revision})).into_response()
+}
+
+pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
+    let counts = state.node.registry().counts();
+    metrics::gauge!("understudy_namespaces").set(counts.namespaces as f64);
+    metrics::gauge!("understudy_services").set(counts.services as f64);
+    metrics::gauge!("understudy_instances").set(counts.instances as f64);
+    metrics::gauge!("understudy_revision").set(state.node.registry().revision() as f64);
+    metrics::gauge!("understudy_beat_tracked_instances")
+        .set(state.node.state().liveness().len() as f64);
+    state.metrics.run_upkeep();
+    (
+        [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        state.metrics.render(),
+    )
+        .into_response()
+}

@@ -1,0 +1,202 @@
+//! One registry node: the applied state (registry and liveness), the write
+//! seam that commands go through, and the background tasks (the writer and
+//! the liveness sweeper). Adapters hold a [`Node`] and never touch the
+//! registry's lock directly for writes.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
+
+use thiserror::Error;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use understudy_core::{BeatOutcome, Change, Command, LiveKey, Liveness, Millis, Op, Registry};
+
+use crate::clock::Clock;
+use crate::config::ValidConfig;
+use crate::writer::LocalWriter;
+
+/// Why a proposed command was not applied.
+#[derive(Debug, Error)]
+pub enum ProposeError {
+    /// The registry refused it; nothing changed.
+    #[error(transparent)]
+    Rejected(#[from] understudy_core::Error),
+    /// The write queue stayed full for the whole write timeout.
+    #[error("the server is too busy to take this write now; retry")]
+    Busy,
+    /// The node is shutting down.
+    #[error("the server is shutting down")]
+    ShuttingDown,
+}
+
+/// What an applied command did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Applied {
+    /// The changes, with their revisions.
+    pub changes: Vec<Change>,
+}
+
+/// A boxed, sendable future (the seam must be object-safe).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The write seam: takes a command, returns its outcome once it is applied
+/// to this node's view. A single node applies locally; the raft layer will
+/// replicate first, behind the same trait.
+pub trait Propose: Send + Sync + 'static {
+    /// Proposes a command.
+    fn propose(&self, command: Command) -> BoxFuture<'_, Result<Applied, ProposeError>>;
+}
+
+/// The applied state of a node: the registry, the liveness tracker fed by
+/// it, and a wake-up for the sweeper when deadlines move.
+#[derive(Debug)]
+pub struct State {
+    registry: RwLock<Registry>,
+    liveness: Mutex<Liveness>,
+    deadlines_moved: Notify,
+}
+
+impl State {
+    /// Fresh state under `config`.
+    pub fn new(config: &ValidConfig) -> Self {
+        Self {
+            registry: RwLock::new(Registry::new(config.registry.clone())),
+            liveness: Mutex::new(Liveness::new()),
+            deadlines_moved: Notify::new(),
+        }
+    }
+
+    /// Reads the registry. Hold the guard briefly, never across `.await`.
+    pub fn registry(&self) -> RwLockReadGuard<'_, Registry> {
+        self.registry
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(crate) fn liveness(&self) -> MutexGuard<'_, Liveness> {
+        self.liveness
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Applies commands in order under one write lock and feeds the
+    /// changes to liveness. Each command succeeds or fails on its own.
+    pub fn apply(
+        &self,
+        commands: &[Command],
+        now: Millis,
+    ) -> Vec<Result<Vec<Change>, understudy_core::Error>> {
+        let results: Vec<_> = {
+            let mut registry = self.registry.write().unwrap_or_else(|p| p.into_inner());
+            commands.iter().map(|c| registry.apply(c)).collect()
+        };
+        let mut liveness = self.liveness();
+        let mut any = false;
+        for change in results.iter().flatten().flatten() {
+            liveness.observe(change, now);
+            any = true;
+        }
+        drop(liveness);
+        if any {
+            self.deadlines_moved.notify_one();
+        }
+        results
+    }
+}
+
+/// A running node: cheap to clone, shared by every adapter.
+#[derive(Clone)]
+pub struct Node {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: ValidConfig,
+    clock: Clock,
+    state: Arc<State>,
+    writer: Arc<dyn Propose>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("node_id", &self.inner.config.node_id)
+            .field("dc", &self.inner.config.dc)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Node {
+    /// Starts a single in-memory node: its writer and liveness sweeper run
+    /// on `tasks` until `cancel` fires.
+    pub fn start(
+        config: ValidConfig,
+        clock: Clock,
+        tasks: &TaskTracker,
+        cancel: CancellationToken,
+    ) -> Node {
+        let state = Arc::new(State::new(&config));
+        let writer = LocalWriter::start(&config, clock, state.clone(), tasks, cancel.clone());
+        let node = Node {
+            inner: Arc::new(Inner {
+                config,
+                clock,
+                state,
+                writer: Arc::new(writer),
+            }),
+        };
+        tasks.spawn(crate::sweeper::run(node.clone(), cancel));
+        node
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ValidConfig {
+        &self.inner.config
+    }
+
+    /// Now, in epoch ms.
+    pub fn now(&self) -> Millis {
+        self.inner.clock.now()
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &Clock {
+        &self.inner.clock
+    }
+
+    /// Reads the registry. Hold the guard briefly, never across `.await`.
+    pub fn registry(&self) -> RwLockReadGuard<'_, Registry> {
+        self.inner.state.registry()
+    }
+
+    pub(crate) fn state(&self) -> &State {
+        &self.inner.state
+    }
+
+    /// Proposes an operation stamped with the current time.
+    pub async fn propose(&self, op: Op) -> Result<Applied, ProposeError> {
+        let command = Command::new(self.now(), op);
+        let started = std::time::Instant::now();
+        let result = self.inner.writer.propose(command).await;
+        metrics::histogram!("understudy_write_seconds").record(started.elapsed().as_secs_f64());
+        result
+    }
+
+    /// Takes a beat for a beat-driven instance. A beat never becomes a
+    /// command unless it revives an unhealthy instance. It only moves a
+    /// deadline later, so the sweeper need not wake for it.
+    pub fn beat(&self, key: &LiveKey) -> BeatOutcome {
+        self.inner.state.liveness().beat(key, self.now())
+    }
+
+    /// The beat period of a tracked instance.
+    pub fn beat_interval(&self, key: &LiveKey) -> Option<Millis> {
+        self.inner.state.liveness().beat_interval(key)
+    }
+
+    pub(crate) fn deadlines_moved(&self) -> &Notify {
+        &self.inner.state.deadlines_moved
+    }
+}
