@@ -1,1 +1,244 @@
-//! placeholder
+//! understudy-tests: the test harness shared by the end-to-end tests.
+//!
+//! Component map:
+//! - [`App`]: a node on tokio's paused clock with its router called
+//!   in-memory (`oneshot`), for adapter tests that drive time-based rules
+//!   without real waits;
+//! - [`Server`]: a node served by [`understudy_server::run`] on ephemeral
+//!   loopback ports, on real time, for socket-level tests;
+//! - [`eventually`]: waiting on a condition with a deadline, never a fixed
+//!   sleep.
+//!
+//! Later: port-0 clusters, the fault-injecting network, real Nacos clients.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode};
+use axum::Router;
+use http_body_util::BodyExt;
+use serde_json::Value;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower::ServiceExt;
+use understudy_server::config::Settings;
+use understudy_server::{router, Clock, Listeners, Node, ValidConfig};
+
+/// The epoch time the injected clock of an [`App`] starts at.
+pub const T0: u64 = 1_700_000_000_000;
+
+/// A node and its router, called in-memory. Use under
+/// `#[tokio::test(start_paused = true)]`: time moves only while the test
+/// waits, so 30 s of liveness rules take no real time.
+pub struct App {
+    /// The node.
+    pub node: Node,
+    router: Router,
+    cancel: CancellationToken,
+    _tasks: TaskTracker,
+}
+
+impl Drop for App {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+/// An HTTP answer.
+#[derive(Debug)]
+pub struct Reply {
+    /// The status.
+    pub status: StatusCode,
+    /// The body as text.
+    pub body: String,
+}
+
+impl Reply {
+    /// The body as JSON; panics with the body if it is not.
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+
+    /// Asserts a 200 and returns itself.
+    #[track_caller]
+    pub fn ok(&self) -> &Self {
+        assert_eq!(self.status, StatusCode::OK, "body: {}", self.body);
+        self
+    }
+}
+
+impl App {
+    /// A node with default settings.
+    pub fn new() -> Self {
+        Self::with(Settings::default())
+    }
+
+    /// A node with these settings.
+    pub fn with(settings: Settings) -> Self {
+        let config = ValidConfig::from_settings(settings).expect("valid test settings");
+        let tasks = TaskTracker::new();
+        let cancel = CancellationToken::new();
+        let node = Node::start(config, Clock::starting_at(T0), &tasks, cancel.clone());
+        Self {
+            router: router(node.clone()),
+            node,
+            cancel,
+            _tasks: tasks,
+        }
+    }
+
+    /// Sends a request; `form` becomes a form-urlencoded body.
+    pub async fn send(&self, method: Method, uri: &str, form: Option<&str>) -> Reply {
+        let mut request = Request::builder().method(method).uri(uri);
+        let body = match form {
+            Some(form) => {
+                request = request.header("content-type", "application/x-www-form-urlencoded");
+                Body::from(form.to_owned())
+            }
+            None => Body::empty(),
+        };
+        self.raw(request.body(body).expect("a valid request")).await
+    }
+
+    /// Sends a prepared request.
+    pub async fn raw(&self, request: Request<Body>) -> Reply {
+        let response = self
+            .router
+            .clone()
+            .oneshot(request)
+            .await
+            .expect("the router is infallible");
+        let status = response.status();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .expect("a readable body")
+            .to_bytes();
+        Reply {
+            status,
+            body: String::from_utf8_lossy(&bytes).into_owned(),
+        }
+    }
+
+    /// `GET`.
+    pub async fn get(&self, uri: &str) -> Reply {
+        self.send(Method::GET, uri, None).await
+    }
+
+    /// `POST` with everything in the query string.
+    pub async fn post(&self, uri: &str) -> Reply {
+        self.send(Method::POST, uri, None).await
+    }
+
+    /// `PUT` with everything in the query string.
+    pub async fn put(&self, uri: &str) -> Reply {
+        self.send(Method::PUT, uri, None).await
+    }
+
+    /// `DELETE` with everything in the query string.
+    pub async fn delete(&self, uri: &str) -> Reply {
+        self.send(Method::DELETE, uri, None).await
+    }
+
+    /// The hosts `/nacos/v1/ns/instance/list?{query}` answers.
+    pub async fn hosts(&self, query: &str) -> Vec<Value> {
+        let reply = self
+            .get(&format!("/nacos/v1/ns/instance/list?{query}"))
+            .await;
+        reply.ok();
+        reply.json()["hosts"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Milliseconds since [`T0`] on the node's clock.
+    pub fn elapsed(&self) -> u64 {
+        self.node.now() - T0
+    }
+
+    /// Lets the paused clock run until `ms` after [`T0`].
+    pub async fn advance_to(&self, ms: u64) {
+        let now = self.elapsed();
+        assert!(ms >= now, "cannot go back from {now} to {ms}");
+        tokio::time::sleep(Duration::from_millis(ms - now)).await;
+    }
+}
+
+impl Default for App {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Polls `check` every 10 ms until it holds or `within` has passed, and
+/// says whether it held. Works on real and on paused time.
+pub async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if check().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A node served on an ephemeral loopback port, on real time.
+pub struct Server {
+    /// Its HTTP address.
+    pub http: SocketAddr,
+    stop: CancellationToken,
+    handle: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl Server {
+    /// Starts a node with these settings; the port is chosen by the OS.
+    pub async fn start(settings: Settings) -> anyhow::Result<Self> {
+        let settings = Settings {
+            http_port: Some(0),
+            ..settings
+        };
+        let config = ValidConfig::from_settings(settings)?;
+        let listeners = Listeners::bind(&config).await?;
+        let http = listeners.http.local_addr()?;
+        let stop = CancellationToken::new();
+        let shutdown = stop.clone().cancelled_owned();
+        let handle = tokio::spawn(understudy_server::run(config, listeners, shutdown));
+        Ok(Self {
+            http,
+            stop,
+            handle: Some(handle),
+        })
+    }
+
+    /// `http://ADDR{path}`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.http)
+    }
+
+    /// Shuts down gracefully and waits for it.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        self.stop.cancel();
+        if let Some(handle) = self.handle.take() {
+            handle.await??;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}

@@ -96,11 +96,13 @@ pub(crate) async fn detail_v2(State(node): State<Node>, params: Input) -> Respon
 
 /// v1 and v2 beats both answer with the bare beat JSON.
 pub(crate) async fn beat_v1(State(node): State<Node>, params: Input) -> Response {
-    v1_json(async { beat(&node, &params?, Api::V1).await }.await)
+    v1_json(async { beat(&node, &params?).await }.await)
 }
 
+/// v2 beats name the service grouped (`group@@name`), like v1, so they
+/// take v1's service-name rule.
 pub(crate) async fn beat_v2(State(node): State<Node>, params: Input) -> Response {
-    async { beat(&node, &params?, Api::V2).await }
+    async { beat(&node, &params?).await }
         .await
         .map_or_else(ApiError::v2, |reply| Json(reply).into_response())
 }
@@ -313,8 +315,8 @@ async fn list(node: &Node, p: &Params, api: Api) -> Result<ServiceInfo, ApiError
     ))
 }
 
-async fn beat(node: &Node, p: &Params, api: Api) -> Result<BeatReply, ApiError> {
-    let service = p.service_key(api)?;
+async fn beat(node: &Node, p: &Params) -> Result<BeatReply, ApiError> {
+    let service = p.service_key(Api::V1)?;
     let info = p.get("beat").map(BeatInfo::parse).transpose()?;
     let ip = info
         .as_ref()
