@@ -132,3 +132,80 @@ fn apply(state: &State, clock: &Clock, batch: &mut Vec<Job>) {
         let _ = job.reply.send(result);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use understudy_core::{InstanceSpec, Op, Owner, ServiceKey};
+
+    fn job(op: Op) -> (Job, oneshot::Receiver<Result<Vec<Change>, understudy_core::Error>>) {
+        let (reply, answer) = oneshot::channel();
+        (
+            Job {
+                command: Command::new(0, op),
+                reply,
+            },
+            answer,
+        )
+    }
+
+    fn register(port: u16) -> Op {
+        Op::Register {
+            service: ServiceKey::parse("", "", "svc").unwrap(),
+            owner: Owner::Beat {
+                ip: "10.0.0.1".into(),
+                port,
+            },
+            instances: vec![InstanceSpec::new("10.0.0.1", port)],
+        }
+    }
+
+    fn deregister(port: u16) -> Op {
+        Op::Deregister {
+            service: ServiceKey::parse("", "", "svc").unwrap(),
+            owner: Owner::Beat {
+                ip: "10.0.0.1".into(),
+                port,
+            },
+        }
+    }
+
+    #[test]
+    fn urgent_jobs_jump_ahead_of_queued_registrations() {
+        let (urgent_tx, mut urgent) = mpsc::channel(8);
+        let (normal_tx, mut normal) = mpsc::channel(8);
+        let mut answers = Vec::new();
+        for port in 0..3 {
+            let (j, a) = job(register(port));
+            normal_tx.try_send(j).ok().unwrap();
+            answers.push(a);
+        }
+        let (j, a) = job(deregister(0));
+        urgent_tx.try_send(j).ok().unwrap();
+        answers.push(a);
+        let mut batch = Vec::new();
+        fill(&mut batch, &mut urgent, &mut normal);
+        let urgent_first: Vec<bool> = batch.iter().map(|j| j.command.op.is_urgent()).collect();
+        assert_eq!(urgent_first, vec![true, false, false, false]);
+    }
+
+    #[test]
+    fn a_batch_applies_every_job_and_answers_each() {
+        let config = ValidConfig::default();
+        let state = State::new(&config);
+        let clock = Clock::starting_at(0);
+        let (j1, a1) = job(register(1));
+        let (j2, a2) = job(Op::DeleteService {
+            service: ServiceKey::parse("", "", "missing").unwrap(),
+        });
+        let mut batch = vec![j1, j2];
+        apply(&state, &clock, &mut batch);
+        assert!(batch.is_empty());
+        assert_eq!(a1.blocking_recv().unwrap().unwrap().len(), 2);
+        assert!(matches!(
+            a2.blocking_recv().unwrap(),
+            Err(understudy_core::Error::ServiceNotFound { .. })
+        ));
+        assert_eq!(state.registry().counts().instances, 1);
+    }
+}
