@@ -7,9 +7,7 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use understudy_benches::{populated, register_all, service, LAYOUT};
-use understudy_core::{
-    Command, Liveness, NamespaceId, Op, Registry, RegistryOptions, Selection,
-};
+use understudy_core::{Command, Liveness, NamespaceId, Op, Registry, RegistryOptions, Selection};
 
 fn register(c: &mut Criterion) {
     let mut group = c.benchmark_group("register");
@@ -37,7 +35,13 @@ fn register(c: &mut Criterion) {
             registry.apply(&Command::new(at, op)).unwrap();
             let owner = understudy_benches::owner(250, 7);
             registry
-                .apply(&Command::new(at, Op::Deregister { service: service(7), owner }))
+                .apply(&Command::new(
+                    at,
+                    Op::Deregister {
+                        service: service(7),
+                        owner,
+                    },
+                ))
                 .unwrap();
         })
     });
@@ -78,7 +82,9 @@ fn query(c: &mut Criterion) {
         b.iter(|| black_box(registry.namespace_view(&ns)))
     });
     group.sample_size(10);
-    group.bench_function("full snapshot of 100k instances", |b| b.iter(|| black_box(registry.snapshot())));
+    group.bench_function("full snapshot of 100k instances", |b| {
+        b.iter(|| black_box(registry.snapshot()))
+    });
     group.finish();
 }
 
@@ -92,7 +98,10 @@ fn expiry(c: &mut Criterion) {
             |(mut registry, mut liveness): (Registry, Liveness)| {
                 for at in [15_000, 30_000] {
                     for transition in liveness.due(at) {
-                        for change in registry.apply(&Command::new(at, transition.into_op())).unwrap() {
+                        for change in registry
+                            .apply(&Command::new(at, transition.into_op()))
+                            .unwrap()
+                        {
                             liveness.observe(&change, at);
                         }
                     }

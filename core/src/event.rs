@@ -3,6 +3,7 @@
 //! the server, pushes to subscribers.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -30,21 +31,21 @@ pub enum Event {
         /// Its service.
         service: ServiceKey,
         /// The instance.
-        instance: Instance,
+        instance: Arc<Instance>,
     },
     /// An instance changed (health, weight, metadata, owner, ...).
     InstanceChanged {
         /// Its service.
         service: ServiceKey,
         /// The instance as it is now.
-        instance: Instance,
+        instance: Arc<Instance>,
     },
     /// An instance left.
     InstanceRemoved {
         /// Its service.
         service: ServiceKey,
         /// The instance as it was.
-        instance: Instance,
+        instance: Arc<Instance>,
         /// Why.
         cause: RemovalCause,
     },

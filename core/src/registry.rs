@@ -123,8 +123,9 @@ pub struct RegistrySnapshot {
     pub revision: u64,
     /// Explicitly created namespaces.
     pub namespaces: Vec<(NamespaceId, NamespaceInfo)>,
-    /// Every service.
-    pub services: Vec<Service>,
+    /// Every service, shared with the registry it was taken from: taking a
+    /// snapshot copies one `Arc` per service.
+    pub services: Vec<Arc<Service>>,
 }
 
 /// The registry.
@@ -319,7 +320,7 @@ impl Registry {
                 .iter()
                 .filter_map(|(id, ns)| ns.info.clone().map(|info| (id.clone(), info)))
                 .collect(),
-            services: self.all_services().map(|s| Service::clone(s)).collect(),
+            services: self.all_services().cloned().collect(),
         }
     }
 
@@ -352,7 +353,7 @@ impl Registry {
                 .services
                 .insert(
                     (service.key.group.clone(), service.key.name.clone()),
-                    Arc::new(service),
+                    service,
                 );
         }
         registry
@@ -571,22 +572,28 @@ impl Registry {
             if let Some(overlay) = service.overlays.get(&ikey) {
                 overlay.apply_to(&mut instance);
             }
-            match service.instances.get(&ikey) {
-                Some(current) if *current == instance => continue,
+            let instance = match service.instances.get(&ikey) {
+                Some(current) if **current == instance => continue,
                 Some(current) => {
                     if current.owner != *owner {
                         moved_from.push((current.owner.clone(), ikey.clone()));
                     }
+                    let instance = Arc::new(instance);
                     tx.events.push(Event::InstanceChanged {
                         service: key.clone(),
                         instance: instance.clone(),
                     });
+                    instance
                 }
-                None => tx.events.push(Event::InstanceAdded {
-                    service: key.clone(),
-                    instance: instance.clone(),
-                }),
-            }
+                None => {
+                    let instance = Arc::new(instance);
+                    tx.events.push(Event::InstanceAdded {
+                        service: key.clone(),
+                        instance: instance.clone(),
+                    });
+                    instance
+                }
+            };
             service.instances.insert(ikey.clone(), instance);
             service.empty_since = None;
             stored.push(ikey);
@@ -689,8 +696,10 @@ impl Registry {
             .or_default()
             .merge(patch);
         if let Some(instance) = service.instances.get_mut(ikey) {
-            if patch.apply_to(instance) {
-                instance.zone = zone_of(&zone_key, instance);
+            let mut patched = Instance::clone(instance);
+            if patch.apply_to(&mut patched) {
+                patched.zone = zone_of(&zone_key, &patched);
+                *instance = Arc::new(patched);
                 tx.events.push(Event::InstanceChanged {
                     service: key.clone(),
                     instance: instance.clone(),
@@ -732,7 +741,7 @@ impl Registry {
             .get_mut(ikey)
             .expect("instance found above");
         if instance.healthy != healthy {
-            instance.healthy = healthy;
+            Arc::make_mut(instance).healthy = healthy;
             tx.events.push(Event::InstanceChanged {
                 service: key.clone(),
                 instance: instance.clone(),

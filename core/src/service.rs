@@ -4,6 +4,7 @@
 //! healthy-only, protect threshold) lives here, exactly as Nacos does it.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -89,7 +90,7 @@ pub struct Service {
     pub(crate) key: ServiceKey,
     pub(crate) kind: ServiceKind,
     pub(crate) meta: Option<ServiceMeta>,
-    pub(crate) instances: BTreeMap<InstanceKey, Instance>,
+    pub(crate) instances: BTreeMap<InstanceKey, Arc<Instance>>,
     /// Operator updates (`PUT /instance`) that outlive re-registration.
     pub(crate) overlays: BTreeMap<InstanceKey, InstancePatch>,
     pub(crate) revision: u64,
@@ -137,12 +138,12 @@ impl Service {
 
     /// All instances, sorted by key, disabled and unhealthy ones included.
     pub fn instances(&self) -> impl ExactSizeIterator<Item = &Instance> {
-        self.instances.values()
+        self.instances.values().map(|i| &**i)
     }
 
     /// One instance.
     pub fn instance(&self, key: &InstanceKey) -> Option<&Instance> {
-        self.instances.get(key)
+        self.instances.get(key).map(|i| &**i)
     }
 
     /// The clusters that currently have instances.
@@ -155,7 +156,7 @@ impl Service {
     /// The enabled instances grouped by zone.
     pub fn zones(&self) -> BTreeMap<&str, Vec<&Instance>> {
         let mut zones: BTreeMap<&str, Vec<&Instance>> = BTreeMap::new();
-        for instance in self.instances.values().filter(|i| i.enabled) {
+        for instance in self.instances().filter(|i| i.enabled) {
             zones
                 .entry(instance.zone.as_str())
                 .or_default()
@@ -166,14 +167,14 @@ impl Service {
 
     /// Selects instances as Nacos' `selectInstancesWithHealthyProtection`.
     pub fn select(&self, selection: &Selection<'_>) -> Selected {
-        let candidates: Vec<&Instance> = self
+        let candidates: Vec<&Arc<Instance>> = self
             .instances
             .values()
             .filter(|i| selection.clusters.is_empty() || selection.clusters.contains(&i.cluster))
             .filter(|i| !selection.enabled_only || i.enabled)
             .collect();
         let healthy = candidates.iter().filter(|i| i.healthy).count();
-        let mut result: Vec<Instance> = candidates
+        let mut result: Vec<Arc<Instance>> = candidates
             .into_iter()
             .filter(|i| !selection.healthy_only || i.healthy)
             .cloned()
@@ -185,8 +186,8 @@ impl Service {
             let ratio = healthy as f64 / result.len() as f64;
             if ratio <= threshold {
                 reach_protection_threshold = true;
-                for instance in &mut result {
-                    instance.healthy = true;
+                for instance in result.iter_mut().filter(|i| !i.healthy) {
+                    Arc::make_mut(instance).healthy = true;
                 }
             }
         }
@@ -211,8 +212,9 @@ pub struct Selection<'a> {
 /// The answer to a [`Selection`].
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Selected {
-    /// The selected instances, sorted by key.
-    pub instances: Vec<Instance>,
+    /// The selected instances, sorted by key. Shared with the registry
+    /// unless the protect threshold rewrote their health.
+    pub instances: Vec<Arc<Instance>>,
     /// Whether the protect threshold fired (unhealthy ones are then served
     /// as healthy).
     pub reach_protection_threshold: bool,

@@ -29,6 +29,8 @@ fn main() -> ExitCode {
     };
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(&config.log))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match serve(config) {
         Ok(()) => ExitCode::SUCCESS,

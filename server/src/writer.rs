@@ -138,7 +138,12 @@ mod tests {
     use super::*;
     use understudy_core::{InstanceSpec, Op, Owner, ServiceKey};
 
-    fn job(op: Op) -> (Job, oneshot::Receiver<Result<Vec<Change>, understudy_core::Error>>) {
+    fn job(
+        op: Op,
+    ) -> (
+        Job,
+        oneshot::Receiver<Result<Vec<Change>, understudy_core::Error>>,
+    ) {
         let (reply, answer) = oneshot::channel();
         (
             Job {

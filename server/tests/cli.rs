@@ -30,7 +30,9 @@ fn invalid_settings_exit_64_naming_the_setting() {
         .write_all(b"delete_timeout_ms = 1000\n")
         .unwrap();
 
-    let cases: Vec<(Vec<String>, Vec<(&str, &str)>, &str)> = vec![
+    /// Arguments, environment, and what stderr must name.
+    type Case = (Vec<String>, Vec<(&'static str, &'static str)>, &'static str);
+    let cases: Vec<Case> = vec![
         (
             vec!["--http-port".into(), "70000".into()],
             vec![],
