@@ -83,7 +83,9 @@ pub struct NamespaceSummary {
 #[derive(Debug, Clone, Default)]
 struct Namespace {
     info: Option<NamespaceInfo>,
-    services: BTreeMap<(GroupName, ServiceName), Arc<Service>>,
+    /// Keyed by the full key so lookups need no allocation; keys sort by
+    /// group, so one group is one range.
+    services: BTreeMap<ServiceKey, Arc<Service>>,
 }
 
 /// A page of a listing.
@@ -185,7 +187,7 @@ impl Registry {
         self.namespaces
             .get(&key.namespace)?
             .services
-            .get(&(key.group.clone(), key.name.clone()))
+            .get(key)
             .cloned()
     }
 
@@ -195,15 +197,15 @@ impl Registry {
         namespace: &NamespaceId,
         group: Option<&'a GroupName>,
     ) -> impl Iterator<Item = &'a Arc<Service>> + 'a {
-        let services = self.namespaces.get(namespace).map(|ns| &ns.services);
+        let namespace = namespace.clone();
+        let services = self.namespaces.get(&namespace).map(|ns| &ns.services);
         services.into_iter().flat_map(move |services| match group {
             Some(group) => {
-                // Keys sort by group first, so one group is one range.
-                let from = (group.clone(), ServiceName::min());
+                let from = ServiceKey::new(namespace.clone(), group.clone(), ServiceName::min());
                 Box::new(
                     services
                         .range(from..)
-                        .take_while(move |((g, _), _)| g == group)
+                        .take_while(move |(k, _)| k.group == *group)
                         .map(|(_, s)| s),
                 ) as Box<dyn Iterator<Item = &Arc<Service>>>
             }
@@ -351,10 +353,7 @@ impl Registry {
                 .entry(service.key.namespace.clone())
                 .or_default()
                 .services
-                .insert(
-                    (service.key.group.clone(), service.key.name.clone()),
-                    service,
-                );
+                .insert(service.key.clone(), service);
         }
         registry
     }
@@ -463,7 +462,7 @@ impl Registry {
         self.namespaces
             .get(&key.namespace)?
             .services
-            .get(&(key.group.clone(), key.name.clone()))
+            .get(key)
             .map(|s| &**s)
     }
 
@@ -481,7 +480,7 @@ impl Registry {
         self.namespaces
             .get_mut(&key.namespace)?
             .services
-            .get_mut(&(key.group.clone(), key.name.clone()))
+            .get_mut(key)
             .map(Arc::make_mut)
     }
 
@@ -490,15 +489,12 @@ impl Registry {
             .entry(service.key.namespace.clone())
             .or_default()
             .services
-            .insert(
-                (service.key.group.clone(), service.key.name.clone()),
-                Arc::new(service),
-            );
+            .insert(service.key.clone(), Arc::new(service));
     }
 
     fn remove_service(&mut self, key: &ServiceKey) {
         if let Some(ns) = self.namespaces.get_mut(&key.namespace) {
-            ns.services.remove(&(key.group.clone(), key.name.clone()));
+            ns.services.remove(key);
             if ns.services.is_empty() && ns.info.is_none() {
                 self.namespaces.remove(&key.namespace);
             }

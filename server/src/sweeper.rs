@@ -37,8 +37,10 @@ pub(crate) async fn run(node: Node, cancel: CancellationToken) {
 
 async fn propose(node: &Node, op: Op) {
     match node.propose(op).await {
-        Ok(_) | Err(ProposeError::Rejected(_)) => {}
-        Err(e) => {
+        // A rejection means the transition went stale (the instance left
+        // or moved); at shutdown the sweeper's own cancellation follows.
+        Ok(_) | Err(ProposeError::Rejected(_) | ProposeError::ShuttingDown) => {}
+        Err(e @ ProposeError::Busy) => {
             // The transition stays due and is retried; back off a little so
             // an overloaded writer is not hammered.
             tracing::warn!(error = %e, "liveness transition not applied");
