@@ -108,25 +108,29 @@ pub(crate) async fn beat_v2(State(node): State<Node>, params: Input) -> Response
 }
 
 pub(crate) async fn service_detail_v1(State(node): State<Node>, params: Input) -> Response {
-    v1_json(params.and_then(|p| {
-        let key = p.service_key(Api::V1)?;
-        let service = node
-            .registry()
-            .service(&key)
-            .ok_or_else(|| service_not_found(&key))?;
-        Ok(ServiceDetailV1::new(&service))
-    }))
+    v1_json(
+        params
+            .and_then(|p| existing_service(&node, &p, Api::V1))
+            .map(|s| ServiceDetailV1::new(&s)),
+    )
 }
 
 pub(crate) async fn service_detail_v2(State(node): State<Node>, params: Input) -> Response {
-    v2_json(params.and_then(|p| {
-        let key = p.service_key(Api::V2)?;
-        let service = node
-            .registry()
-            .service(&key)
-            .ok_or_else(|| service_not_found(&key))?;
-        Ok(ServiceDetailV2::new(&service))
-    }))
+    v2_json(
+        params
+            .and_then(|p| existing_service(&node, &p, Api::V2))
+            .map(|s| ServiceDetailV2::new(&s)),
+    )
+}
+
+fn existing_service(
+    node: &Node,
+    p: &Params,
+    api: Api,
+) -> Result<std::sync::Arc<understudy_core::Service>, ApiError> {
+    let key = p.service_key(api)?;
+    let service = node.registry().service(&key);
+    service.ok_or_else(|| service_not_found(&key))
 }
 
 pub(crate) async fn service_list_v1(State(node): State<Node>, params: Input) -> Response {
