@@ -9,7 +9,7 @@ use axum::Json;
 use serde::Serialize;
 use understudy_core::{
     select, HealthSource, InstanceKey, InstancePatch, InstanceSpec, LiveKey, Op, Owner, Selection,
-    ServiceKind, ServiceMeta, ServiceMetaPatch,
+    ServiceKind, ServiceMeta, ServiceMetaPatch, UpdateMode,
 };
 use understudy_proto::nacos::{
     BeatInfo, BeatReply, ErrorCode, InstanceDetailV1, InstanceDetailV2, InstanceJson, NacosResult,
@@ -83,7 +83,7 @@ versions!(
 versions!(health_v1, health_v2, set_health, v1_ok, v2_ok);
 
 pub(crate) async fn patch_v1(State(node): State<Node>, params: Input) -> Response {
-    v1_ok(async { patch(&node, &params?).await }.await)
+    v1_ok(async { update_instance(&node, &params?, Api::V1, UpdateMode::Existing).await }.await)
 }
 
 pub(crate) async fn detail_v1(State(node): State<Node>, params: Input) -> Response {
@@ -241,6 +241,15 @@ fn instance_key(p: &Params) -> Result<InstanceKey, ApiError> {
 }
 
 async fn update(node: &Node, p: &Params, api: Api) -> Result<(), ApiError> {
+    update_instance(node, p, api, UpdateMode::Overlay).await
+}
+
+async fn update_instance(
+    node: &Node,
+    p: &Params,
+    api: Api,
+    mode: UpdateMode,
+) -> Result<(), ApiError> {
     let service = p.service_key(api)?;
     let key = instance_key(p)?;
     let patch = patch_from(p)?;
@@ -248,21 +257,7 @@ async fn update(node: &Node, p: &Params, api: Api) -> Result<(), ApiError> {
         service,
         key,
         patch,
-        mode: understudy_core::UpdateMode::Overlay,
-    })
-    .await?;
-    Ok(())
-}
-
-async fn patch(node: &Node, p: &Params) -> Result<(), ApiError> {
-    let service = p.service_key(Api::V1)?;
-    let key = instance_key(p)?;
-    let patch = patch_from(p)?;
-    node.propose(Op::UpdateInstance {
-        service,
-        key,
-        patch,
-        mode: understudy_core::UpdateMode::Existing,
+        mode,
     })
     .await?;
     Ok(())
