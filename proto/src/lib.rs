@@ -6,10 +6,15 @@
 //!   bodies, switches, login) with their exact Nacos field names, and the
 //!   conversions between them and `understudy-core` types. Conversions
 //!   from the wire are `TryFrom` with a typed [`DecodeError`].
-//! - Later: the Nacos gRPC proto, the native watch API and the raft
-//!   transport, generated without a system protoc.
+//! - [`grpc`]: the Nacos gRPC envelope (`Payload`) and services,
+//!   generated at build time by protox and tonic-prost-build (no system
+//!   protoc);
+//! - [`nacos_rpc`]: the JSON bodies carried in that envelope, lenient on
+//!   input and strict on output.
+//! - Later: the native watch API and the raft transport.
 
 pub mod nacos;
+pub mod nacos_rpc;
 
 use thiserror::Error;
 
@@ -31,4 +36,12 @@ impl DecodeError {
             reason: reason.into(),
         }
     }
+}
+
+/// The generated Nacos gRPC envelope: `Payload`, `Metadata` and the
+/// `Request` / `BiRequestStream` services.
+pub mod grpc {
+    #![allow(missing_docs, unreachable_pub, non_camel_case_types)] // generated code
+    #![allow(clippy::all, clippy::pedantic)] // generated code
+    include!(concat!(env!("OUT_DIR"), "/_.rs"));
 }
