@@ -105,6 +105,9 @@ pub struct Settings {
     /// HTTP port: Nacos Open API, admin, metrics [default: 8848].
     #[arg(long, env = "UNDERSTUDY_HTTP_PORT")]
     pub http_port: Option<u16>,
+    /// gRPC port: Nacos 2.x API [default: HTTP port + 1000, as Nacos clients assume].
+    #[arg(long, env = "UNDERSTUDY_GRPC_PORT")]
+    pub grpc_port: Option<u16>,
     /// This node's id [default: 1].
     #[arg(long, env = "UNDERSTUDY_NODE_ID")]
     pub node_id: Option<u64>,
@@ -153,6 +156,27 @@ pub struct Settings {
     /// How long a write may wait for room in its queue before it is refused, ms [default: 2000].
     #[arg(long, env = "UNDERSTUDY_WRITE_TIMEOUT_MS")]
     pub write_timeout_ms: Option<u64>,
+    /// How long a push waits for the client's answer before it is retried, ms [default: 5000].
+    #[arg(long, env = "UNDERSTUDY_PUSH_TIMEOUT_MS")]
+    pub push_timeout_ms: Option<u64>,
+    /// Delay before a failed or unanswered push is retried, ms [default: 1000].
+    #[arg(long, env = "UNDERSTUDY_PUSH_RETRY_MS")]
+    pub push_retry_ms: Option<u64>,
+    /// Fixed delay to merge changes before pushing, ms; 0 pushes at once and merges only while a push is unanswered [default: 0].
+    #[arg(long, env = "UNDERSTUDY_PUSH_MERGE_DELAY_MS")]
+    pub push_merge_delay_ms: Option<u64>,
+    /// Outgoing messages queued per gRPC connection [default: 64].
+    #[arg(long, env = "UNDERSTUDY_PUSH_QUEUE")]
+    pub push_queue: Option<usize>,
+    /// A gRPC connection idle this long is asked whether it is alive, ms [default: 20000].
+    #[arg(long, env = "UNDERSTUDY_CONNECTION_IDLE_MS")]
+    pub connection_idle_ms: Option<u64>,
+    /// A connection that does not answer that question within this is dropped, ms [default: 5000].
+    #[arg(long, env = "UNDERSTUDY_DETECTION_TIMEOUT_MS")]
+    pub detection_timeout_ms: Option<u64>,
+    /// Largest gRPC message, bytes [default: 10485760].
+    #[arg(long, env = "UNDERSTUDY_MAX_GRPC_MESSAGE_BYTES")]
+    pub max_grpc_message_bytes: Option<usize>,
     /// How long shutdown waits for requests and tasks to finish, ms [default: 5000].
     #[arg(long, env = "UNDERSTUDY_SHUTDOWN_GRACE_MS")]
     pub shutdown_grace_ms: Option<u64>,
@@ -172,6 +196,7 @@ impl Settings {
             lower,
             bind,
             http_port,
+            grpc_port,
             node_id,
             dc,
             log,
@@ -188,6 +213,13 @@ impl Settings {
             max_instances_per_registration,
             write_queue,
             write_timeout_ms,
+            push_timeout_ms,
+            push_retry_ms,
+            push_merge_delay_ms,
+            push_queue,
+            connection_idle_ms,
+            detection_timeout_ms,
+            max_grpc_message_bytes,
             shutdown_grace_ms,
         )
     }
@@ -228,6 +260,8 @@ pub struct ValidConfig {
     pub bind: IpAddr,
     /// HTTP port.
     pub http_port: u16,
+    /// gRPC port.
+    pub grpc_port: u16,
     /// This node's id.
     pub node_id: u64,
     /// This node's datacenter.
@@ -242,8 +276,29 @@ pub struct ValidConfig {
     pub write_queue: usize,
     /// How long a write may wait for queue room.
     pub write_timeout: Duration,
+    /// Push and connection settings of the gRPC API.
+    pub grpc: GrpcConfig,
     /// Shutdown grace period.
     pub shutdown_grace: Duration,
+}
+
+/// Push and connection settings of the gRPC API, in ms where a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrpcConfig {
+    /// How long a push waits for its answer.
+    pub push_timeout: u64,
+    /// Delay before a push is retried.
+    pub push_retry: u64,
+    /// Fixed merge delay before pushing (0: adaptive only).
+    pub push_merge_delay: u64,
+    /// Outgoing messages queued per connection.
+    pub push_queue: usize,
+    /// Idle time before a connection is probed.
+    pub connection_idle: u64,
+    /// How long a probe may go unanswered.
+    pub detection_timeout: u64,
+    /// Largest message.
+    pub max_message_bytes: usize,
 }
 
 impl Default for ValidConfig {
@@ -319,9 +374,35 @@ impl ValidConfig {
         let log = s.log.unwrap_or_else(|| "info".to_owned());
         tracing_subscriber::EnvFilter::try_new(&log)
             .map_err(|e| invalid("log", format!("'{log}' is not a log filter: {e}")))?;
+        let http_port = s.http_port.unwrap_or(8848);
+        let grpc_port = match s.grpc_port {
+            Some(port) => port,
+            // Port 0 (tests) lets the OS choose both.
+            None if http_port == 0 => 0,
+            None => http_port.checked_add(1000).ok_or_else(|| {
+                invalid(
+                    "grpc_port",
+                    format!("http_port {http_port} + 1000 is beyond 65535; set grpc_port"),
+                )
+            })?,
+        };
+        let grpc = GrpcConfig {
+            push_timeout: positive("push_timeout_ms", s.push_timeout_ms, 5_000)?,
+            push_retry: positive("push_retry_ms", s.push_retry_ms, 1_000)?,
+            push_merge_delay: s.push_merge_delay_ms.unwrap_or(0),
+            push_queue: positive("push_queue", s.push_queue, 64)?,
+            connection_idle: positive("connection_idle_ms", s.connection_idle_ms, 20_000)?,
+            detection_timeout: positive("detection_timeout_ms", s.detection_timeout_ms, 5_000)?,
+            max_message_bytes: positive(
+                "max_grpc_message_bytes",
+                s.max_grpc_message_bytes,
+                10 << 20,
+            )?,
+        };
         Ok(Self {
             bind: s.bind.unwrap_or(IpAddr::from([127, 0, 0, 1])),
-            http_port: s.http_port.unwrap_or(8848),
+            http_port,
+            grpc_port,
             node_id: positive("node_id", s.node_id, 1)?,
             dc,
             log,
@@ -333,6 +414,7 @@ impl ValidConfig {
                 s.write_timeout_ms,
                 2_000,
             )?),
+            grpc,
             shutdown_grace: Duration::from_millis(s.shutdown_grace_ms.unwrap_or(5_000)),
         })
     }

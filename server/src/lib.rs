@@ -11,6 +11,8 @@
 //! - `sweeper`: the liveness task, asleep until the next deadline;
 //! - `http`: the Nacos HTTP Open API, console, operator and probe
 //!   endpoints, and `/metrics`;
+//! - `grpc`: the Nacos 2.x gRPC API: connections, naming requests, pushes;
+//! - `push`: subscriptions and the subscribe-then-snapshot push state;
 //! - `metrics`: the process-wide Prometheus recorder.
 //!
 //! [`run`] serves a node on pre-bound listeners until a shutdown future
@@ -19,9 +21,11 @@
 
 pub mod clock;
 pub mod config;
+mod grpc;
 mod http;
 mod metrics;
 pub mod node;
+mod push;
 mod sweeper;
 mod writer;
 
@@ -42,13 +46,16 @@ pub use node::{Applied, Node, Propose, ProposeError};
 pub struct Listeners {
     /// The HTTP port.
     pub http: TcpListener,
+    /// The gRPC port.
+    pub grpc: TcpListener,
 }
 
 impl Listeners {
     /// Binds the ports `config` names.
     pub async fn bind(config: &ValidConfig) -> std::io::Result<Self> {
         let http = TcpListener::bind(SocketAddr::new(config.bind, config.http_port)).await?;
-        Ok(Self { http })
+        let grpc = TcpListener::bind(SocketAddr::new(config.bind, config.grpc_port)).await?;
+        Ok(Self { http, grpc })
     }
 }
 
@@ -65,15 +72,33 @@ pub async fn run(
     let cancel = CancellationToken::new();
     let node = Node::start(config, Clock::system(), &tasks, cancel.clone());
     let address = listeners.http.local_addr()?;
-    tracing::info!(%address, node = node.config().node_id, dc = %node.config().dc, "serving the Nacos HTTP API");
+    let grpc_address = listeners.grpc.local_addr()?;
+    tracing::info!(http = %address, grpc = %grpc_address, node = node.config().node_id, dc = %node.config().dc, "serving the Nacos HTTP and gRPC APIs");
 
+    let stop_grpc = cancel.child_token();
+    let grpc = tokio::spawn(grpc::serve(
+        node.clone(),
+        listeners.grpc,
+        stop_grpc.clone(),
+        tasks.clone(),
+    ));
     let stop_http = cancel.child_token();
     let server = axum::serve(listeners.http, router(node))
         .with_graceful_shutdown(stop_http.clone().cancelled_owned());
     let server = tokio::spawn(async move { server.await });
     shutdown.await;
     tracing::info!("shutting down");
+    stop_grpc.cancel();
     stop_http.cancel();
+    match tokio::time::timeout(grace, grpc).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => tracing::error!(error = %e, "gRPC server failed"),
+        Ok(Err(join)) => tracing::error!(error = %join, "gRPC server task failed"),
+        Err(_) => tracing::warn!(
+            ?grace,
+            "gRPC connections still open after the grace period; closing"
+        ),
+    }
     match tokio::time::timeout(grace, server).await {
         Ok(Ok(result)) => result?,
         Ok(Err(join)) => tracing::error!(error = %join, "HTTP server task failed"),

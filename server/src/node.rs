@@ -56,6 +56,7 @@ pub struct State {
     registry: RwLock<Registry>,
     liveness: Mutex<Liveness>,
     deadlines_moved: Notify,
+    hub: crate::push::Hub,
 }
 
 impl State {
@@ -65,6 +66,7 @@ impl State {
             registry: RwLock::new(Registry::new(config.registry.clone())),
             liveness: Mutex::new(Liveness::new()),
             deadlines_moved: Notify::new(),
+            hub: crate::push::Hub::default(),
         }
     }
 
@@ -73,6 +75,11 @@ impl State {
         self.registry
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The push fan-out.
+    pub(crate) fn hub(&self) -> &crate::push::Hub {
+        &self.hub
     }
 
     pub(crate) fn liveness(&self) -> MutexGuard<'_, Liveness> {
@@ -94,13 +101,18 @@ impl State {
         };
         let mut liveness = self.liveness();
         let mut any = false;
-        for change in results.iter().flatten().flatten() {
-            liveness.observe(change, now);
-            any = true;
+        for changes in results.iter().flatten() {
+            for change in changes {
+                liveness.observe(change, now);
+                any = true;
+            }
         }
         drop(liveness);
         if any {
             self.deadlines_moved.notify_one();
+            for changes in results.iter().flatten() {
+                self.hub.changed(changes);
+            }
         }
         results
     }

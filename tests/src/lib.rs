@@ -198,25 +198,56 @@ where
 pub struct Server {
     /// Its HTTP address.
     pub http: SocketAddr,
+    /// Its gRPC address.
+    pub grpc: SocketAddr,
     stop: CancellationToken,
     handle: Option<JoinHandle<std::io::Result<()>>>,
 }
 
 impl Server {
-    /// Starts a node with these settings; the port is chosen by the OS.
+    /// Starts a node with these settings; the ports are chosen by the OS.
     pub async fn start(settings: Settings) -> anyhow::Result<Self> {
         let settings = Settings {
             http_port: Some(0),
+            grpc_port: Some(0),
             ..settings
         };
         let config = ValidConfig::from_settings(settings)?;
         let listeners = Listeners::bind(&config).await?;
+        Self::serve(config, listeners).await
+    }
+
+    /// Starts a node on a free port pair (P, P + 1000), for Nacos clients
+    /// that derive the gRPC port from the HTTP port.
+    pub async fn start_nacos(settings: Settings) -> anyhow::Result<Self> {
+        for _ in 0..50 {
+            let http = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+            let port = http.local_addr()?.port();
+            let Some(grpc_port) = port.checked_add(1000) else {
+                continue;
+            };
+            let Ok(grpc) = tokio::net::TcpListener::bind(("127.0.0.1", grpc_port)).await else {
+                continue;
+            };
+            let config = ValidConfig::from_settings(Settings {
+                http_port: Some(port),
+                grpc_port: Some(grpc_port),
+                ..settings.clone()
+            })?;
+            return Self::serve(config, Listeners { http, grpc }).await;
+        }
+        anyhow::bail!("no free port pair (P, P + 1000) found")
+    }
+
+    async fn serve(config: ValidConfig, listeners: Listeners) -> anyhow::Result<Self> {
         let http = listeners.http.local_addr()?;
+        let grpc = listeners.grpc.local_addr()?;
         let stop = CancellationToken::new();
         let shutdown = stop.clone().cancelled_owned();
         let handle = tokio::spawn(understudy_server::run(config, listeners, shutdown));
         Ok(Self {
             http,
+            grpc,
             stop,
             handle: Some(handle),
         })

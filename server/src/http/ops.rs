@@ -394,6 +394,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     metrics::gauge!("understudy_services").set(counts.services as f64);
     metrics::gauge!("understudy_instances").set(counts.instances as f64);
     metrics::gauge!("understudy_revision").set(state.node.registry().revision() as f64);
+    metrics::gauge!("understudy_subscriptions").set(state.node.state().hub().len() as f64);
     metrics::gauge!("understudy_beat_tracked_instances")
         .set(state.node.state().liveness().len() as f64);
     state.metrics.run_upkeep();

@@ -1,0 +1,361 @@
+//! gRPC connections: identity by TCP connection, setup state, the two
+//! outgoing queues of the bi-stream (control messages ahead of pushes),
+//! liveness detection, and the one place a connection is closed. Every
+//! unary call and the bi-stream of one client share one TCP connection,
+//! so the accepted socket carries the [`Conn`] to every request.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::server::Connected;
+use understudy_core::{Millis, Op, Owner, RemovalCause};
+use understudy_proto::grpc::Payload;
+
+use crate::node::Node;
+use crate::push::Subscriber;
+
+/// One client connection.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    /// A process-unique number.
+    pub(crate) seq: u64,
+    /// Nacos' connection id: `<epoch ms>_<ip>_<port>`.
+    pub(crate) id: String,
+    registered: AtomicBool,
+    last_active: AtomicU64,
+    control: mpsc::Sender<Payload>,
+    pushes: mpsc::Sender<Payload>,
+    outbound: Mutex<Option<Outbound>>,
+    pub(crate) subscriber: Arc<Subscriber>,
+    /// An unanswered detection probe: its request id and when it was sent.
+    detection: Mutex<Option<(String, Millis)>>,
+    /// Cancelled when the connection is closed, for whatever reason.
+    pub(crate) closed: CancellationToken,
+    server_requests: AtomicU64,
+}
+
+impl Conn {
+    /// The owner of the ephemeral instances it registers.
+    pub(crate) fn owner(&self, node: &Node) -> Owner {
+        Owner::Connection {
+            node: node.config().node_id,
+            id: self.id.clone(),
+        }
+    }
+
+    pub(crate) fn is_registered(&self) -> bool {
+        self.registered.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn mark_registered(&self) {
+        self.registered.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn touch(&self, now: Millis) {
+        self.last_active.fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// A fresh id for a server-initiated request.
+    pub(crate) fn next_request_id(&self) -> String {
+        format!("s{}", self.server_requests.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Queues a control message (setup ack, detection, reset). Control
+    /// messages never wait behind pushes; if even the control queue is
+    /// full the client is not reading and detection will drop it.
+    pub(crate) fn send_control(&self, payload: Payload) -> bool {
+        self.control.try_send(payload).is_ok()
+    }
+
+    /// Queues a push, waiting for room (the push queue is bounded).
+    pub(crate) async fn send_push(&self, payload: Payload) -> bool {
+        tokio::select! {
+            sent = self.pushes.send(payload) => sent.is_ok(),
+            () = self.closed.cancelled() => false,
+        }
+    }
+
+    /// Takes the outgoing side for the bi-stream (once).
+    pub(crate) fn take_outbound(&self) -> Option<Outbound> {
+        self.outbound
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+
+    /// Records the answer to a detection probe; `true` if it was one.
+    pub(crate) fn detection_answered(&self, request_id: &str) -> bool {
+        let mut pending = self.detection.lock().unwrap_or_else(|p| p.into_inner());
+        if pending.as_ref().is_some_and(|(id, _)| id == request_id) {
+            *pending = None;
+            return true;
+        }
+        false
+    }
+}
+
+/// The outgoing half of the bi-stream: control messages first, then pushes.
+#[derive(Debug)]
+pub(crate) struct Outbound {
+    control: mpsc::Receiver<Payload>,
+    pushes: mpsc::Receiver<Payload>,
+    closed: Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
+}
+
+impl tokio_stream::Stream for Outbound {
+    type Item = Result<Payload, tonic::Status>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.closed.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(None);
+        }
+        if let Poll::Ready(Some(p)) = self.control.poll_recv(cx) {
+            return Poll::Ready(Some(Ok(p)));
+        }
+        match self.pushes.poll_recv(cx) {
+            Poll::Ready(Some(p)) => Poll::Ready(Some(Ok(p))),
+            // Both queues live as long as the connection; the stream ends
+            // only when the connection is closed.
+            Poll::Ready(None) | Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+use std::future::Future;
+
+/// Every open connection.
+#[derive(Debug)]
+pub(crate) struct Conns {
+    node: Node,
+    open: Mutex<HashMap<u64, Arc<Conn>>>,
+    next: AtomicU64,
+    /// Connections whose socket was dropped, for the cleanup task.
+    dropped: mpsc::UnboundedSender<u64>,
+    shutting_down: AtomicBool,
+}
+
+impl Conns {
+    pub(crate) fn new(node: Node) -> (Arc<Self>, mpsc::UnboundedReceiver<u64>) {
+        let (dropped, dropped_rx) = mpsc::unbounded_channel();
+        let conns = Arc::new(Self {
+            node,
+            open: Mutex::default(),
+            next: AtomicU64::new(1),
+            dropped,
+            shutting_down: AtomicBool::new(false),
+        });
+        (conns, dropped_rx)
+    }
+
+    fn open_map(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Conn>>> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers an accepted socket.
+    pub(crate) fn accept(self: &Arc<Self>, stream: TcpStream, remote: SocketAddr) -> TrackedIo {
+        let seq = self.next.fetch_add(1, Ordering::Relaxed);
+        let now = self.node.now();
+        let queue = self.node.config().grpc.push_queue;
+        let (control, control_rx) = mpsc::channel(16);
+        let (pushes, pushes_rx) = mpsc::channel(queue);
+        let closed = CancellationToken::new();
+        let conn = Arc::new(Conn {
+            seq,
+            id: format!("{now}_{}_{}", remote.ip(), remote.port()),
+            registered: AtomicBool::new(false),
+            last_active: AtomicU64::new(now),
+            control,
+            pushes,
+            outbound: Mutex::new(Some(Outbound {
+                control: control_rx,
+                pushes: pushes_rx,
+                closed: Box::pin(closed.clone().cancelled_owned()),
+            })),
+            subscriber: Arc::new(Subscriber::new(seq)),
+            detection: Mutex::new(None),
+            closed,
+            server_requests: AtomicU64::new(1),
+        });
+        self.open_map().insert(seq, conn.clone());
+        metrics::gauge!("understudy_grpc_connections").increment(1.0);
+        TrackedIo {
+            io: stream,
+            conn,
+            dropped: self.dropped.clone(),
+        }
+    }
+
+    /// Closes a connection once: its subscriptions go, and (unless the
+    /// server is shutting down) its ephemeral instances are removed, which
+    /// pushes the removal to other subscribers.
+    pub(crate) async fn close(&self, seq: u64, why: &'static str) {
+        let Some(conn) = self.open_map().remove(&seq) else {
+            return;
+        };
+        metrics::gauge!("understudy_grpc_connections").decrement(1.0);
+        tracing::debug!(connection = %conn.id, why, "connection closed");
+
+        conn.closed.cancel();
+        self.node.state().hub().remove(&conn.subscriber);
+        if self.shutting_down.load(Ordering::Acquire) {
+            return;
+        }
+        let op = Op::RemoveOwner {
+            owner: conn.owner(&self.node),
+            cause: RemovalCause::ConnectionClosed,
+        };
+        if let Err(e) = self.node.propose(op).await {
+            tracing::warn!(connection = %conn.id, error = %e, "instances of a closed connection not removed");
+        }
+    }
+
+    /// Probes idle connections and closes those that left a probe
+    /// unanswered for too long.
+    pub(crate) async fn detect(&self) {
+        let now = self.node.now();
+        let grpc = self.node.config().grpc;
+        let conns: Vec<Arc<Conn>> = self.open_map().values().cloned().collect();
+        for conn in conns {
+            let idle = now.saturating_sub(conn.last_active.load(Ordering::Relaxed));
+            let probe = {
+                let mut pending = conn.detection.lock().unwrap_or_else(|p| p.into_inner());
+                match pending.as_ref() {
+                    Some((_, sent)) if now.saturating_sub(*sent) >= grpc.detection_timeout => {
+                        Probe::GiveUp
+                    }
+                    Some(_) => Probe::Wait,
+                    None if idle >= grpc.connection_idle && conn.is_registered() => {
+                        let id = conn.next_request_id();
+                        *pending = Some((id.clone(), now));
+                        Probe::Send(id)
+                    }
+                    None => Probe::Wait,
+                }
+            };
+            match probe {
+                Probe::GiveUp => self.close(conn.seq, "no answer to client detection").await,
+                Probe::Send(id) => {
+                    let request = understudy_proto::nacos_rpc::ServerRequest::new(
+                        id,
+                        "internal",
+                        understudy_proto::nacos_rpc::Empty {},
+                    );
+                    conn.send_control(understudy_proto::nacos_rpc::seal(
+                        "ClientDetectionRequest",
+                        &request,
+                    ));
+                }
+                Probe::Wait => {}
+            }
+        }
+    }
+
+    /// At shutdown: ask every client to reconnect elsewhere, then end the
+    /// streams. Instances are not removed: the node is going away, not
+    /// the clients.
+    pub(crate) fn reset_all(&self) {
+        self.shutting_down.store(true, Ordering::Release);
+        let conns: Vec<Arc<Conn>> = self.open_map().values().cloned().collect();
+        for conn in conns {
+            let request = understudy_proto::nacos_rpc::ServerRequest::new(
+                conn.next_request_id(),
+                "internal",
+                understudy_proto::nacos_rpc::ConnectReset {
+                    connection_id: conn.id.clone(),
+                },
+            );
+            conn.send_control(understudy_proto::nacos_rpc::seal(
+                "ConnectResetRequest",
+                &request,
+            ));
+        }
+    }
+
+    /// Ends every stream (after [`Conns::reset_all`]).
+    pub(crate) fn close_streams(&self) {
+        for conn in self.open_map().values() {
+            conn.closed.cancel();
+        }
+    }
+}
+
+enum Probe {
+    Send(String),
+    Wait,
+    GiveUp,
+}
+
+/// The connection info every request on a socket carries.
+#[derive(Debug, Clone)]
+pub(crate) struct ConnInfo(pub(crate) Arc<Conn>);
+
+/// An accepted socket that knows its connection, and reports when it is
+/// dropped (the client went away).
+#[derive(Debug)]
+pub(crate) struct TrackedIo {
+    io: TcpStream,
+    conn: Arc<Conn>,
+    dropped: mpsc::UnboundedSender<u64>,
+}
+
+impl Drop for TrackedIo {
+    fn drop(&mut self) {
+        let _ = self.dropped.send(self.conn.seq);
+    }
+}
+
+impl Connected for TrackedIo {
+    type ConnectInfo = ConnInfo;
+
+    fn connect_info(&self) -> ConnInfo {
+        ConnInfo(self.conn.clone())
+    }
+}
+
+impl AsyncRead for TrackedIo {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for TrackedIo {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}

@@ -1,0 +1,280 @@
+//! The Nacos 2.x gRPC adapter on the gRPC port: the unary `Request`
+//! service and the `BiRequestStream` service over one accept loop that
+//! gives every TCP connection its identity. It owns the connection
+//! lifecycle (setup, detection, close), the per-connection pusher, and the
+//! shutdown sequence (ConnectReset, then end the streams).
+
+mod conn;
+mod naming;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_stream::StreamExt as _;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use understudy_proto::grpc::bi_request_stream_server::{BiRequestStream, BiRequestStreamServer};
+use understudy_proto::grpc::request_server::{Request, RequestServer};
+use understudy_proto::grpc::Payload;
+use understudy_proto::nacos_rpc::{
+    error_response, seal, ClientAck, ConnectionSetup, Envelope, NotifySubscriber, ServerRequest,
+    SetupAck, SERVER_ERROR,
+};
+
+use self::conn::{Conn, ConnInfo, Conns, Outbound};
+use crate::node::Node;
+
+/// Serves the gRPC API until `shutdown` fires.
+pub(crate) async fn serve(
+    node: Node,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+) -> Result<(), tonic::transport::Error> {
+    let (conns, mut dropped) = Conns::new(node.clone());
+    let max = node.config().grpc.max_message_bytes;
+    let unary = RequestServer::new(Unary { node: node.clone() })
+        .max_decoding_message_size(max)
+        .max_encoding_message_size(max);
+    let bi = BiRequestStreamServer::new(Bi {
+        node: node.clone(),
+        conns: conns.clone(),
+        tasks: tasks.clone(),
+    })
+    .max_decoding_message_size(max)
+    .max_encoding_message_size(max);
+
+    // Accept loop: each socket gets its connection before tonic sees it.
+    let (incoming_tx, incoming_rx) = mpsc::channel::<std::io::Result<conn::TrackedIo>>(64);
+    let accept_conns = conns.clone();
+    let stop_accepting = shutdown.clone();
+    tasks.spawn(async move {
+        loop {
+            tokio::select! {
+                () = stop_accepting.cancelled() => break,
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, remote)) => {
+                        let _ = stream.set_nodelay(true);
+                        if incoming_tx.send(Ok(accept_conns.accept(stream, remote))).await.is_err() {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "gRPC accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
+            }
+        }
+    });
+
+    // Cleanup of dropped sockets and client detection.
+    let cleanup_conns = conns.clone();
+    let stop_cleanup = shutdown.clone();
+    let detection_every =
+        Duration::from_millis((node.config().grpc.connection_idle / 4).clamp(100, 3_000));
+    tasks.spawn(async move {
+        let mut tick = tokio::time::interval(detection_every);
+        loop {
+            tokio::select! {
+                () = stop_cleanup.cancelled() => break,
+                Some(seq) = dropped.recv() => cleanup_conns.close(seq, "socket closed").await,
+                _ = tick.tick() => cleanup_conns.detect().await,
+            }
+        }
+    });
+
+    let reset_conns = conns.clone();
+    let signal = async move {
+        shutdown.cancelled().await;
+        reset_conns.reset_all();
+        // Let the resets reach the clients before the streams end.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        reset_conns.close_streams();
+    };
+    tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .add_service(unary)
+        .add_service(bi)
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::ReceiverStream::new(incoming_rx),
+            signal,
+        )
+        .await
+}
+
+fn connection(extensions: &tonic::Extensions) -> Option<Arc<Conn>> {
+    extensions.get::<ConnInfo>().map(|info| info.0.clone())
+}
+
+struct Unary {
+    node: Node,
+}
+
+#[tonic::async_trait]
+impl Request for Unary {
+    async fn request(
+        &self,
+        request: tonic::Request<Payload>,
+    ) -> Result<tonic::Response<Payload>, tonic::Status> {
+        let Some(conn) = connection(request.extensions()) else {
+            return Ok(tonic::Response::new(error_response(
+                SERVER_ERROR,
+                "no connection for this request",
+            )));
+        };
+        let envelope = Envelope::open(request.into_inner());
+        Ok(tonic::Response::new(
+            naming::dispatch(&self.node, &conn, envelope).await,
+        ))
+    }
+}
+
+struct Bi {
+    node: Node,
+    conns: Arc<Conns>,
+    tasks: TaskTracker,
+}
+
+#[tonic::async_trait]
+impl BiRequestStream for Bi {
+    type requestBiStreamStream = Outbound;
+
+    async fn request_bi_stream(
+        &self,
+        request: tonic::Request<tonic::Streaming<Payload>>,
+    ) -> Result<tonic::Response<Outbound>, tonic::Status> {
+        let conn = connection(request.extensions())
+            .ok_or_else(|| tonic::Status::internal("no connection"))?;
+        let outbound = conn.take_outbound().ok_or_else(|| {
+            tonic::Status::already_exists("this connection already has its stream")
+        })?;
+        let inbound = request.into_inner();
+        self.tasks.spawn(read(
+            self.node.clone(),
+            self.conns.clone(),
+            conn.clone(),
+            inbound,
+        ));
+        self.tasks.spawn(push(self.node.clone(), conn));
+        Ok(tonic::Response::new(outbound))
+    }
+}
+
+/// Reads what the client sends on its stream: the setup, and answers to
+/// the server's requests. The stream ending closes the connection.
+async fn read(
+    node: Node,
+    conns: Arc<Conns>,
+    conn: Arc<Conn>,
+    mut inbound: tonic::Streaming<Payload>,
+) {
+    loop {
+        let message = tokio::select! {
+            () = conn.closed.cancelled() => return,
+            message = inbound.next() => message,
+        };
+        let Some(Ok(payload)) = message else {
+            break;
+        };
+        let envelope = Envelope::open(payload);
+        conn.touch(node.now());
+        if envelope.kind == "ConnectionSetupRequest" {
+            setup(&conn, &envelope);
+        } else if envelope.kind.ends_with("Response") {
+            match envelope.decode::<ClientAck>() {
+                Ok(ack) => answered(&node, &conn, &ack),
+                Err(e) => tracing::debug!(connection = %conn.id, error = %e, "unreadable answer"),
+            }
+        } else {
+            tracing::debug!(connection = %conn.id, kind = %envelope.kind, "ignored stream message");
+        }
+    }
+    conns.close(conn.seq, "stream ended").await;
+}
+
+fn setup(conn: &Conn, envelope: &Envelope) {
+    let setup = envelope.decode::<ConnectionSetup>().unwrap_or_default();
+    conn.mark_registered();
+    tracing::debug!(
+        connection = %conn.id,
+        client = setup.client_version.as_deref().unwrap_or("unknown"),
+        "connection set up"
+    );
+    // Clients that negotiate abilities wait for this; others must not get it.
+    if setup.ability_table.is_some() {
+        let ack = ServerRequest::new(
+            conn.next_request_id(),
+            "internal",
+            SetupAck {
+                ability_table: [("supportPersistentInstanceByGrpc".to_owned(), true)].into(),
+            },
+        );
+        conn.send_control(seal("SetupAckRequest", &ack));
+    }
+}
+
+fn answered(node: &Node, conn: &Conn, ack: &ClientAck) {
+    let Some(request_id) = ack.request_id.as_deref() else {
+        return;
+    };
+    if conn.detection_answered(request_id) {
+        return;
+    }
+    let grpc = node.config().grpc;
+    if conn
+        .subscriber
+        .ack(request_id, ack.succeeded(), node.now(), grpc.push_retry)
+    {
+        metrics::counter!("understudy_pushes_acknowledged_total", "success" => ack.succeeded().to_string()).increment(1);
+    }
+}
+
+/// Pushes due subscriptions to one connection until it closes.
+async fn push(node: Node, conn: Arc<Conn>) {
+    let grpc = node.config().grpc;
+    let subscriber = conn.subscriber.clone();
+    loop {
+        let now = node.now();
+        let expired = subscriber.expire(now, grpc.push_timeout, grpc.push_retry);
+        if expired > 0 {
+            metrics::counter!("understudy_pushes_timed_out_total").increment(expired as u64);
+        }
+        let pushes = subscriber.due_pushes(now, |request_id, target| {
+            let body = NotifySubscriber {
+                namespace: target.key.namespace.to_string(),
+                service_name: target.key.name.to_string(),
+                group_name: target.key.group.to_string(),
+                service_info: naming::service_info(&node, target, false),
+            };
+            seal(
+                "NotifySubscriberRequest",
+                &ServerRequest::new(request_id, "naming", body),
+            )
+        });
+        for payload in pushes {
+            if !conn.send_push(payload).await {
+                return;
+            }
+            metrics::counter!("understudy_pushes_sent_total").increment(1);
+        }
+        let timer = subscriber.next_timer(grpc.push_timeout);
+        let sleep = async {
+            match timer {
+                Some(at) => tokio::time::sleep_until(node.clock().instant_at(at)).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = conn.closed.cancelled() => return,
+            () = subscriber.wake().notified() => {
+                if grpc.push_merge_delay > 0 {
+                    tokio::time::sleep(Duration::from_millis(grpc.push_merge_delay)).await;
+                }
+            }
+            () = sleep => {}
+        }
+    }
+}

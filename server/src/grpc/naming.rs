@@ -1,0 +1,329 @@
+//! The unary Nacos gRPC requests: the handshake ones and the naming ones.
+//! Each decodes its body, calls the node, and answers with the exact
+//! response type Nacos uses; bad input gets an `ErrorResponse` naming the
+//! field, and the connection stays usable.
+
+use std::sync::Arc;
+
+use understudy_core::{select, InstanceSpec, Op, Owner, Selection, ServiceKey};
+use understudy_proto::grpc::Payload;
+use understudy_proto::nacos::{InstanceJson, ServiceInfo};
+use understudy_proto::nacos_rpc::{
+    error_response, parse_clusters, seal, BatchInstanceRequest, Empty, Envelope, InstanceAck,
+    InstanceRequest, Response, ServerCheck, ServiceInfoBody, ServiceList, ServiceListRequest,
+    ServiceQueryRequest, SubscribeServiceRequest, INVALID_PARAM, NO_HANDLER, OVER_THRESHOLD,
+    SERVER_ERROR, UN_REGISTER,
+};
+use understudy_proto::DecodeError;
+
+use super::conn::Conn;
+use crate::node::{Node, ProposeError};
+use crate::push::PushTarget;
+
+/// Why a request failed, rendered as an `ErrorResponse`.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    code: i32,
+    message: String,
+}
+
+impl From<DecodeError> for Failure {
+    fn from(e: DecodeError) -> Self {
+        Self {
+            code: INVALID_PARAM,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<ProposeError> for Failure {
+    fn from(e: ProposeError) -> Self {
+        let code = match &e {
+            ProposeError::Rejected(_) => INVALID_PARAM,
+            ProposeError::Busy => OVER_THRESHOLD,
+            ProposeError::ShuttingDown => SERVER_ERROR,
+        };
+        Self {
+            code,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl Failure {
+    fn invalid(message: impl Into<String>) -> Self {
+        Self {
+            code: INVALID_PARAM,
+            message: message.into(),
+        }
+    }
+
+    fn into_payload(self) -> Payload {
+        error_response(self.code, self.message)
+    }
+}
+
+/// Answers one unary request.
+pub(crate) async fn dispatch(node: &Node, conn: &Arc<Conn>, envelope: Envelope) -> Payload {
+    conn.touch(node.now());
+    let kind = envelope.kind.clone();
+    if kind == "ServerCheckRequest" {
+        let body = ServerCheck {
+            connection_id: conn.id.clone(),
+            support_ability_negotiation: true,
+        };
+        return seal("ServerCheckResponse", &Response::ok(body));
+    }
+    if !conn.is_registered() {
+        return error_response(UN_REGISTER, "Connection is unregistered.");
+    }
+    let result = match kind.as_str() {
+        "HealthCheckRequest" => Ok(seal("HealthCheckResponse", &Response::ok(Empty {}))),
+        "InstanceRequest" => instance(node, conn, &envelope, Persistence::Connection).await,
+        "PersistentInstanceRequest" => {
+            instance(node, conn, &envelope, Persistence::Persistent).await
+        }
+        "BatchInstanceRequest" => batch(node, conn, &envelope).await,
+        "ServiceQueryRequest" => query(node, &envelope),
+        "SubscribeServiceRequest" => subscribe(node, conn, &envelope),
+        "ServiceListRequest" => service_list(node, &envelope),
+        _ => Err(Failure {
+            code: NO_HANDLER,
+            message: format!("RequestHandler Not Found: no handler for request type '{kind}'"),
+        }),
+    };
+    let outcome = if result.is_ok() { "ok" } else { "error" };
+    metrics::counter!("understudy_grpc_requests_total", "type" => known_type(&kind), "outcome" => outcome).increment(1);
+    result.unwrap_or_else(Failure::into_payload)
+}
+
+/// Bounds the metric label to the request types understood.
+fn known_type(kind: &str) -> &'static str {
+    match kind {
+        "HealthCheckRequest" => "HealthCheckRequest",
+        "InstanceRequest" => "InstanceRequest",
+        "PersistentInstanceRequest" => "PersistentInstanceRequest",
+        "BatchInstanceRequest" => "BatchInstanceRequest",
+        "ServiceQueryRequest" => "ServiceQueryRequest",
+        "SubscribeServiceRequest" => "SubscribeServiceRequest",
+        "ServiceListRequest" => "ServiceListRequest",
+        _ => "other",
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Persistence {
+    /// Ephemeral: owned by the connection.
+    Connection,
+    /// Persistent: owned by `ip:port`, survives the connection.
+    Persistent,
+}
+
+async fn instance(
+    node: &Node,
+    conn: &Conn,
+    envelope: &Envelope,
+    persistence: Persistence,
+) -> Result<Payload, Failure> {
+    let request: InstanceRequest = envelope.decode()?;
+    let service = request.common.service_key()?;
+    let kind = request.kind.unwrap_or_default();
+    let wire = request
+        .instance
+        .ok_or_else(|| DecodeError::new("instance", "is required"))?;
+    let op = match (kind.as_str(), persistence) {
+        ("registerInstance", Persistence::Connection) => Op::Register {
+            service,
+            owner: conn.owner(node),
+            instances: vec![InstanceSpec::try_from(wire)?],
+        },
+        ("deregisterInstance", Persistence::Connection) => Op::Deregister {
+            service,
+            owner: conn.owner(node),
+        },
+        ("registerInstance", Persistence::Persistent) => {
+            let spec = InstanceSpec::try_from(wire)?;
+            Op::Register {
+                service,
+                owner: Owner::Persistent {
+                    ip: spec.ip.clone(),
+                    port: spec.port,
+                },
+                instances: vec![spec],
+            }
+        }
+        ("deregisterInstance", Persistence::Persistent) => {
+            let spec = InstanceSpec::try_from(wire)?;
+            Op::Deregister {
+                service,
+                owner: Owner::Persistent {
+                    ip: spec.ip,
+                    port: spec.port,
+                },
+            }
+        }
+        _ => {
+            return Err(Failure::invalid(format!(
+                "invalid type: Unsupported request type '{kind}'"
+            )))
+        }
+    };
+    node.propose(op).await?;
+    Ok(seal(
+        "InstanceResponse",
+        &Response::ok(InstanceAck { kind }),
+    ))
+}
+
+async fn batch(node: &Node, conn: &Conn, envelope: &Envelope) -> Result<Payload, Failure> {
+    let request: BatchInstanceRequest = envelope.decode()?;
+    let service = request.common.service_key()?;
+    let kind = request.kind.unwrap_or_default();
+    if kind != "batchRegisterInstance" {
+        return Err(Failure::invalid(format!(
+            "invalid type: Unsupported request type '{kind}'"
+        )));
+    }
+    let instances = request
+        .instances
+        .unwrap_or_default()
+        .into_iter()
+        .map(InstanceSpec::try_from)
+        .collect::<Result<Vec<_>, _>>()?;
+    node.propose(Op::Register {
+        service,
+        owner: conn.owner(node),
+        instances,
+    })
+    .await?;
+    Ok(seal(
+        "BatchInstanceResponse",
+        &Response::ok(InstanceAck { kind }),
+    ))
+}
+
+/// Renders a service's ServiceInfo as gRPC clients see it (plain name).
+pub(crate) fn service_info(node: &Node, target: PushTarget<'_>, healthy_only: bool) -> ServiceInfo {
+    let service = node.registry().service(target.key);
+    render(
+        target.key,
+        service.as_deref(),
+        target.clusters_raw,
+        target.clusters,
+        healthy_only,
+        target.ref_time,
+    )
+}
+
+fn render(
+    key: &ServiceKey,
+    service: Option<&understudy_core::Service>,
+    clusters_raw: &str,
+    clusters: &[understudy_core::ClusterName],
+    healthy_only: bool,
+    ref_time: u64,
+) -> ServiceInfo {
+    let selected = select(
+        service,
+        &Selection {
+            clusters,
+            healthy_only,
+            enabled_only: true,
+        },
+    );
+    let hosts = selected
+        .instances
+        .iter()
+        .map(|i| InstanceJson::new(key, i))
+        .collect();
+    ServiceInfo::new(
+        key.name.to_string(),
+        key,
+        clusters_raw,
+        hosts,
+        selected.reach_protection_threshold,
+        ref_time,
+    )
+}
+
+fn query(node: &Node, envelope: &Envelope) -> Result<Payload, Failure> {
+    let request: ServiceQueryRequest = envelope.decode()?;
+    let key = request.common.service_key()?;
+    // Go sends `clusters`, Python `healthOnly`: both narrow as asked.
+    let clusters_raw = request.cluster.or(request.clusters).unwrap_or_default();
+    let clusters = parse_clusters(&clusters_raw)?;
+    let healthy_only = request
+        .healthy_only
+        .or(request.health_only)
+        .unwrap_or(false);
+    let service = node.registry().service(&key);
+    let info = render(
+        &key,
+        service.as_deref(),
+        &clusters_raw,
+        &clusters,
+        healthy_only,
+        node.now(),
+    );
+    Ok(seal(
+        "QueryServiceResponse",
+        &Response::ok(ServiceInfoBody { service_info: info }),
+    ))
+}
+
+fn subscribe(node: &Node, conn: &Conn, envelope: &Envelope) -> Result<Payload, Failure> {
+    let request: SubscribeServiceRequest = envelope.decode()?;
+    let key = request.common.service_key()?;
+    let clusters_raw = request.clusters.unwrap_or_default();
+    let clusters = parse_clusters(&clusters_raw)?;
+    let hub = node.state().hub();
+    let subscriber = &conn.subscriber;
+    let info = if request.subscribe.unwrap_or(false) {
+        // Subscribe first, then render: a change racing with this request
+        // is either in the answer or marks the subscription for a push.
+        hub.subscribe(subscriber, &key, &clusters_raw, clusters.clone());
+        let info = subscriber
+            .render_now(&key, &clusters_raw, node.now(), |target| {
+                service_info(node, target, false)
+            })
+            .expect("the subscription was just installed");
+        subscriber.release(&key, &clusters_raw);
+        info
+    } else {
+        hub.unsubscribe(subscriber, &key);
+        let service = node.registry().service(&key);
+        render(
+            &key,
+            service.as_deref(),
+            &clusters_raw,
+            &clusters,
+            false,
+            node.now(),
+        )
+    };
+    let mut response = Response::ok(ServiceInfoBody { service_info: info });
+    response.message = Some("success".to_owned());
+    Ok(seal("SubscribeServiceResponse", &response))
+}
+
+fn service_list(node: &Node, envelope: &Envelope) -> Result<Payload, Failure> {
+    let request: ServiceListRequest = envelope.decode()?;
+    let namespace =
+        understudy_core::NamespaceId::parse(request.common.namespace.as_deref().unwrap_or(""))
+            .map_err(DecodeError::from)?;
+    let group =
+        understudy_core::GroupName::parse(request.common.group_name.as_deref().unwrap_or(""))
+            .map_err(DecodeError::from)?;
+    // Negative numbers count as the start; Dubbo asks for pageSize 2^31-1.
+    let page_no = u64::try_from(request.page_no.unwrap_or(1).max(1)).unwrap_or(1);
+    let page_size = u64::try_from(request.page_size.unwrap_or(10).max(0)).unwrap_or(0);
+    let page = node
+        .registry()
+        .list_services(&namespace, Some(&group), page_no, page_size);
+    let mut response = Response::ok(ServiceList {
+        count: page.count,
+        service_names: page.items.into_iter().map(|k| k.name.to_string()).collect(),
+    });
+    response.message = Some("success".to_owned());
+    Ok(seal("ServiceListResponse", &response))
+}

@@ -1,0 +1,424 @@
+//! Push fan-out shared by every subscriber protocol: which subscriber
+//! watches which service (and with which cluster filter), and per
+//! subscription whether a push is due, in flight or to be retried.
+//!
+//! Subscribe-then-snapshot: a subscription is installed before its first
+//! view is rendered, and every applied change marks the subscriptions of
+//! its service dirty, so no change can fall between the snapshot and the
+//! pushes. Coalescing is adaptive: a dirty subscription is pushed at once
+//! unless a push to it is still unacknowledged, in which case later
+//! changes merge into the next push, rendered from the newest state. The
+//! backlog per subscriber is therefore bounded by its subscriptions, never
+//! by the number of changes. Rendering happens under the subscriber's lock
+//! together with the `lastRefTime` it is stamped with, so a later stamp
+//! always carries a state at least as new.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::Notify;
+use understudy_core::{Change, ClusterName, Millis, ServiceKey};
+
+/// All subscriptions, by service.
+#[derive(Debug, Default)]
+pub(crate) struct Hub {
+    services: Mutex<HashMap<ServiceKey, HashMap<u64, Arc<Subscriber>>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Hub {
+    /// Marks the subscriptions of every changed service dirty.
+    pub(crate) fn changed(&self, changes: &[Change]) {
+        let keys: BTreeSet<&ServiceKey> =
+            changes.iter().filter_map(|c| c.event.service()).collect();
+        if keys.is_empty() {
+            return;
+        }
+        let services = lock(&self.services);
+        for key in keys {
+            for subscriber in services.get(key).into_iter().flat_map(HashMap::values) {
+                subscriber.mark_dirty(key);
+            }
+        }
+    }
+
+    /// Installs a subscription, held back from pushes until
+    /// [`Subscriber::release`]: the caller renders the first view after
+    /// this returns, then releases.
+    pub(crate) fn subscribe(
+        &self,
+        subscriber: &Arc<Subscriber>,
+        key: &ServiceKey,
+        clusters_raw: &str,
+        clusters: Vec<ClusterName>,
+    ) {
+        let mut services = lock(&self.services);
+        services
+            .entry(key.clone())
+            .or_default()
+            .insert(subscriber.id, subscriber.clone());
+        subscriber.install(key, clusters_raw, clusters);
+    }
+
+    /// Removes a subscriber's subscriptions to `key`.
+    pub(crate) fn unsubscribe(&self, subscriber: &Subscriber, key: &ServiceKey) {
+        let mut services = lock(&self.services);
+        if let Some(subs) = services.get_mut(key) {
+            subs.remove(&subscriber.id);
+            if subs.is_empty() {
+                services.remove(key);
+            }
+        }
+        lock(&subscriber.state).subs.remove(key);
+    }
+
+    /// Removes every subscription of a subscriber (its connection closed).
+    pub(crate) fn remove(&self, subscriber: &Subscriber) {
+        let keys: Vec<ServiceKey> = lock(&subscriber.state).subs.keys().cloned().collect();
+        let mut services = lock(&self.services);
+        for key in keys {
+            if let Some(subs) = services.get_mut(&key) {
+                subs.remove(&subscriber.id);
+                if subs.is_empty() {
+                    services.remove(&key);
+                }
+            }
+        }
+        lock(&subscriber.state).subs.clear();
+    }
+
+    /// How many (subscriber, service) pairs there are.
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.services).values().map(HashMap::len).sum()
+    }
+}
+
+/// One subscription: a service seen through one cluster filter.
+#[derive(Debug)]
+struct Sub {
+    clusters: Vec<ClusterName>,
+    dirty: bool,
+    /// Not pushed until its first view has been answered.
+    held: bool,
+    in_flight: Option<InFlight>,
+    /// Not retried before this time (after a failed or lost push).
+    retry_at: Millis,
+    last_ref_time: Millis,
+}
+
+#[derive(Debug, Clone)]
+struct InFlight {
+    request_id: String,
+    sent_at: Millis,
+}
+
+#[derive(Debug, Default)]
+struct SubscriberState {
+    /// Service -> cluster filter string -> subscription.
+    subs: BTreeMap<ServiceKey, BTreeMap<String, Sub>>,
+}
+
+/// What a push renderer is given.
+pub(crate) struct PushTarget<'a> {
+    pub(crate) key: &'a ServiceKey,
+    pub(crate) clusters_raw: &'a str,
+    pub(crate) clusters: &'a [ClusterName],
+    /// Strictly increasing per subscription.
+    pub(crate) ref_time: Millis,
+}
+
+/// A subscriber (a connection) and its subscriptions.
+#[derive(Debug)]
+pub(crate) struct Subscriber {
+    id: u64,
+    state: Mutex<SubscriberState>,
+    wake: Notify,
+    request_ids: AtomicU64,
+}
+
+impl Subscriber {
+    pub(crate) fn new(id: u64) -> Self {
+        Self {
+            id,
+            state: Mutex::default(),
+            wake: Notify::new(),
+            request_ids: AtomicU64::new(1),
+        }
+    }
+
+    /// Woken when a push may be due.
+    pub(crate) fn wake(&self) -> &Notify {
+        &self.wake
+    }
+
+    fn install(&self, key: &ServiceKey, clusters_raw: &str, clusters: Vec<ClusterName>) {
+        let mut state = lock(&self.state);
+        let subs = state.subs.entry(key.clone()).or_default();
+        let sub = subs.entry(clusters_raw.to_owned()).or_insert_with(|| Sub {
+            clusters: Vec::new(),
+            dirty: false,
+            held: true,
+            in_flight: None,
+            retry_at: 0,
+            last_ref_time: 0,
+        });
+        sub.clusters = clusters;
+        sub.held = true;
+    }
+
+    fn mark_dirty(&self, key: &ServiceKey) {
+        let mut state = lock(&self.state);
+        if let Some(subs) = state.subs.get_mut(key) {
+            for sub in subs.values_mut() {
+                sub.dirty = true;
+            }
+            drop(state);
+            self.wake.notify_one();
+        }
+    }
+
+    /// Renders the view of one subscription now (the answer to a
+    /// subscribe), stamping it with the subscription's next `lastRefTime`.
+    /// Whatever changed before this render is in it, so the subscription
+    /// is clean afterwards.
+    pub(crate) fn render_now<T>(
+        &self,
+        key: &ServiceKey,
+        clusters_raw: &str,
+        now: Millis,
+        render: impl FnOnce(PushTarget<'_>) -> T,
+    ) -> Option<T> {
+        let mut state = lock(&self.state);
+        let sub = state.subs.get_mut(key)?.get_mut(clusters_raw)?;
+        sub.dirty = false;
+        sub.last_ref_time = now.max(sub.last_ref_time + 1);
+        Some(render(PushTarget {
+            key,
+            clusters_raw,
+            clusters: &sub.clusters,
+            ref_time: sub.last_ref_time,
+        }))
+    }
+
+    /// Lets a held subscription be pushed.
+    pub(crate) fn release(&self, key: &ServiceKey, clusters_raw: &str) {
+        let mut state = lock(&self.state);
+        if let Some(sub) = state
+            .subs
+            .get_mut(key)
+            .and_then(|s| s.get_mut(clusters_raw))
+        {
+            sub.held = false;
+            let due = sub.dirty;
+            drop(state);
+            if due {
+                self.wake.notify_one();
+            }
+        }
+    }
+
+    /// Renders every push that is due: dirty, released, not in flight and
+    /// not waiting for a retry. Each is marked in flight under a fresh
+    /// request id, which the renderer must put on the wire.
+    pub(crate) fn due_pushes<T>(
+        &self,
+        now: Millis,
+        mut render: impl FnMut(&str, PushTarget<'_>) -> T,
+    ) -> Vec<T> {
+        let mut state = lock(&self.state);
+        let mut out = Vec::new();
+        for (key, subs) in &mut state.subs {
+            for (clusters_raw, sub) in subs.iter_mut() {
+                if !sub.dirty || sub.held || sub.in_flight.is_some() || sub.retry_at > now {
+                    continue;
+                }
+                let request_id = self.request_ids.fetch_add(1, Ordering::Relaxed).to_string();
+                sub.dirty = false;
+                sub.last_ref_time = now.max(sub.last_ref_time + 1);
+                sub.in_flight = Some(InFlight {
+                    request_id: request_id.clone(),
+                    sent_at: now,
+                });
+                out.push(render(
+                    &request_id,
+                    PushTarget {
+                        key,
+                        clusters_raw,
+                        clusters: &sub.clusters,
+                        ref_time: sub.last_ref_time,
+                    },
+                ));
+            }
+        }
+        out
+    }
+
+    /// The client answered a push. A failure is retried after `retry`.
+    /// Returns whether the id was a push of this subscriber's.
+    pub(crate) fn ack(&self, request_id: &str, success: bool, now: Millis, retry: Millis) -> bool {
+        let mut state = lock(&self.state);
+        let found = state
+            .subs
+            .values_mut()
+            .flat_map(|s| s.values_mut())
+            .find(|sub| {
+                sub.in_flight
+                    .as_ref()
+                    .is_some_and(|f| f.request_id == request_id)
+            });
+        let Some(sub) = found else {
+            return false;
+        };
+        sub.in_flight = None;
+        if !success {
+            sub.dirty = true;
+            sub.retry_at = now.saturating_add(retry);
+        }
+        drop(state);
+        self.wake.notify_one();
+        true
+    }
+
+    /// Gives up on pushes unanswered for `timeout`: they are retried after
+    /// `retry`. Returns how many were given up.
+    pub(crate) fn expire(&self, now: Millis, timeout: Millis, retry: Millis) -> usize {
+        let mut state = lock(&self.state);
+        let mut expired = 0;
+        for sub in state.subs.values_mut().flat_map(|s| s.values_mut()) {
+            if sub
+                .in_flight
+                .as_ref()
+                .is_some_and(|f| f.sent_at.saturating_add(timeout) <= now)
+            {
+                sub.in_flight = None;
+                sub.dirty = true;
+                sub.retry_at = now.saturating_add(retry);
+                expired += 1;
+            }
+        }
+        expired
+    }
+
+    /// The next time something must happen without a wake-up: an
+    /// in-flight push times out, or a retry becomes due.
+    pub(crate) fn next_timer(&self, timeout: Millis) -> Option<Millis> {
+        let state = lock(&self.state);
+        state
+            .subs
+            .values()
+            .flat_map(|s| s.values())
+            .filter_map(|sub| match &sub.in_flight {
+                Some(f) => Some(f.sent_at.saturating_add(timeout)),
+                None if sub.dirty && !sub.held => Some(sub.retry_at),
+                None => None,
+            })
+            .min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use understudy_core::{Command, InstanceSpec, Op, Owner, Registry, RegistryOptions};
+
+    fn key(name: &str) -> ServiceKey {
+        ServiceKey::parse("", "", name).unwrap()
+    }
+
+    fn change(name: &str) -> Vec<Change> {
+        let mut registry = Registry::new(RegistryOptions::default());
+        registry
+            .apply(&Command::new(
+                0,
+                Op::Register {
+                    service: key(name),
+                    owner: Owner::Beat {
+                        ip: "10.0.0.1".into(),
+                        port: 1,
+                    },
+                    instances: vec![InstanceSpec::new("10.0.0.1", 1)],
+                },
+            ))
+            .unwrap()
+    }
+
+    fn due(s: &Subscriber, now: Millis) -> Vec<(String, Millis)> {
+        s.due_pushes(now, |id, t| (id.to_owned(), t.ref_time))
+    }
+
+    #[test]
+    fn a_change_after_subscribing_is_pushed_once_released() {
+        let hub = Hub::default();
+        let sub = Arc::new(Subscriber::new(1));
+        hub.subscribe(&sub, &key("a"), "", vec![]);
+        hub.changed(&change("a"));
+        assert!(
+            due(&sub, 10).is_empty(),
+            "held until the first view is answered"
+        );
+        sub.release(&key("a"), "");
+        assert_eq!(due(&sub, 10).len(), 1);
+        assert!(due(&sub, 11).is_empty(), "clean after the push");
+        hub.changed(&change("b"));
+        assert!(due(&sub, 12).is_empty(), "other services do not concern it");
+    }
+
+    #[test]
+    fn changes_during_an_unacknowledged_push_merge_into_the_next() {
+        let hub = Hub::default();
+        let sub = Arc::new(Subscriber::new(1));
+        hub.subscribe(&sub, &key("a"), "", vec![]);
+        sub.release(&key("a"), "");
+        hub.changed(&change("a"));
+        let first = due(&sub, 100);
+        assert_eq!(first.len(), 1);
+        for _ in 0..5 {
+            hub.changed(&change("a"));
+        }
+        assert!(due(&sub, 101).is_empty(), "one push in flight at a time");
+        assert!(sub.ack(&first[0].0, true, 102, 1000));
+        let second = due(&sub, 100);
+        assert_eq!(second.len(), 1, "five changes, one push");
+        assert!(
+            second[0].1 > first[0].1,
+            "lastRefTime strictly increases even if the clock does not"
+        );
+    }
+
+    #[test]
+    fn lost_and_failed_pushes_are_retried() {
+        let hub = Hub::default();
+        let sub = Arc::new(Subscriber::new(1));
+        hub.subscribe(&sub, &key("a"), "", vec![]);
+        sub.release(&key("a"), "");
+        hub.changed(&change("a"));
+        let first = due(&sub, 0);
+        assert_eq!(sub.next_timer(5000), Some(5000));
+        assert_eq!(sub.expire(4999, 5000, 1000), 0);
+        assert_eq!(sub.expire(5000, 5000, 1000), 1);
+        assert!(due(&sub, 5999).is_empty(), "waits for the retry delay");
+        let retry = due(&sub, 6000);
+        assert_eq!(retry.len(), 1);
+        assert!(
+            !sub.ack(&first[0].0, true, 6001, 1000),
+            "a stale ack is ignored"
+        );
+        assert!(sub.ack(&retry[0].0, false, 6001, 1000));
+        assert_eq!(due(&sub, 7001).len(), 1, "a failed push is retried");
+    }
+
+    #[test]
+    fn removing_a_subscriber_drops_all_its_subscriptions() {
+        let hub = Hub::default();
+        let sub = Arc::new(Subscriber::new(1));
+        hub.subscribe(&sub, &key("a"), "", vec![]);
+        hub.subscribe(&sub, &key("b"), "c1", vec![]);
+        assert_eq!(hub.len(), 2);
+        hub.remove(&sub);
+        assert_eq!(hub.len(), 0);
+    }
+}
