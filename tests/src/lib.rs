@@ -7,9 +7,13 @@
 //! - [`Server`]: a node served by [`understudy_server::run`] on ephemeral
 //!   loopback ports, on real time, for socket-level tests;
 //! - [`eventually`]: waiting on a condition with a deadline, never a fixed
-//!   sleep.
+//!   sleep;
+//! - [`nacos_grpc`]: a raw Nacos gRPC client for wire-level tests and the
+//!   load generator.
 //!
 //! Later: port-0 clusters, the fault-injecting network, real Nacos clients.
+
+pub mod nacos_grpc;
 
 use std::future::Future;
 use std::net::SocketAddr;

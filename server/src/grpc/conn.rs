@@ -188,6 +188,7 @@ impl Conns {
         metrics::gauge!("understudy_grpc_connections").increment(1.0);
         TrackedIo {
             io: stream,
+            killed: Box::pin(conn.closed.clone().cancelled_owned()),
             conn,
             dropped: self.dropped.clone(),
         }
@@ -297,13 +298,22 @@ enum Probe {
 #[derive(Debug, Clone)]
 pub(crate) struct ConnInfo(pub(crate) Arc<Conn>);
 
-/// An accepted socket that knows its connection, and reports when it is
-/// dropped (the client went away).
+/// An accepted socket that knows its connection, reports when it is
+/// dropped (the client went away), and ends itself when the server closes
+/// the connection (ejection, shutdown): some clients ignore a
+/// ConnectReset, so the socket itself must go.
 #[derive(Debug)]
 pub(crate) struct TrackedIo {
     io: TcpStream,
     conn: Arc<Conn>,
     dropped: mpsc::UnboundedSender<u64>,
+    killed: Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
+}
+
+impl TrackedIo {
+    fn killed(&mut self, cx: &mut Context<'_>) -> bool {
+        self.killed.as_mut().poll(cx).is_ready()
+    }
 }
 
 impl Drop for TrackedIo {
@@ -352,6 +362,9 @@ impl AsyncWrite for TrackedIo {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
+        if self.killed(cx) {
+            return Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into()));
+        }
         Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
     }
 

@@ -49,11 +49,14 @@ pub(crate) async fn serve(
     // Accept loop: each socket gets its connection before tonic sees it.
     let (incoming_tx, incoming_rx) = mpsc::channel::<std::io::Result<conn::TrackedIo>>(64);
     let accept_conns = conns.clone();
-    let stop_accepting = shutdown.clone();
+    // The accept loop outlives the shutdown signal below: tonic stops
+    // polling the signal once its incoming stream ends.
+    let stop_accepting = CancellationToken::new();
+    let accepting = stop_accepting.clone();
     tasks.spawn(async move {
         loop {
             tokio::select! {
-                () = stop_accepting.cancelled() => break,
+                () = accepting.cancelled() => break,
                 accepted = listener.accept() => match accepted {
                     Ok((stream, remote)) => {
                         let _ = stream.set_nodelay(true);
@@ -90,9 +93,10 @@ pub(crate) async fn serve(
     let signal = async move {
         shutdown.cancelled().await;
         reset_conns.reset_all();
-        // Let the resets reach the clients before the streams end.
+        // Let the resets reach the clients before the connections end.
         tokio::time::sleep(Duration::from_millis(100)).await;
         reset_conns.close_streams();
+        stop_accepting.cancel();
     };
     tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
