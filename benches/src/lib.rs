@@ -112,3 +112,5 @@ pub fn populated() -> (Registry, Liveness) {
     }
     (registry, liveness)
 }
+
+pub mod loadgen;
