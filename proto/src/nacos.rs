@@ -102,6 +102,64 @@ impl ServiceInfo {
     }
 }
 
+/// How a ServiceInfo names its service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameStyle {
+    /// `group@@service`: HTTP lists and UDP pushes ("for 1.x SDKs").
+    Grouped,
+    /// `service`: gRPC answers and pushes.
+    Plain,
+}
+
+/// Which instances of a service a ServiceInfo shows.
+#[derive(Debug, Clone, Copy)]
+pub struct View<'a> {
+    /// The cluster filter as the caller wrote it (echoed).
+    pub clusters_raw: &'a str,
+    /// The parsed filter.
+    pub clusters: &'a [understudy_core::ClusterName],
+    /// Drop unhealthy instances.
+    pub healthy_only: bool,
+}
+
+impl ServiceInfo {
+    /// Selects from `service` (which may not exist) as Nacos does
+    /// (enabled instances only, protect threshold applied) and renders.
+    pub fn render(
+        key: &ServiceKey,
+        service: Option<&Service>,
+        style: NameStyle,
+        view: View<'_>,
+        last_ref_time: Millis,
+    ) -> Self {
+        let selected = understudy_core::select(
+            service,
+            &understudy_core::Selection {
+                clusters: view.clusters,
+                healthy_only: view.healthy_only,
+                enabled_only: true,
+            },
+        );
+        let hosts = selected
+            .instances
+            .iter()
+            .map(|i| InstanceJson::new(key, i))
+            .collect();
+        let name = match style {
+            NameStyle::Grouped => key.grouped_name(),
+            NameStyle::Plain => key.name.to_string(),
+        };
+        Self::new(
+            name,
+            key,
+            view.clusters_raw,
+            hosts,
+            selected.reach_protection_threshold,
+            last_ref_time,
+        )
+    }
+}
+
 /// `GET /nacos/v1/ns/instance` answer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

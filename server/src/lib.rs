@@ -13,6 +13,7 @@
 //!   endpoints, and `/metrics`;
 //! - `grpc`: the Nacos 2.x gRPC API: connections, naming requests, pushes;
 //! - `push`: subscriptions and the subscribe-then-snapshot push state;
+//! - `udp`: legacy UDP pushes to v1 HTTP clients;
 //! - `metrics`: the process-wide Prometheus recorder.
 //!
 //! [`run`] serves a node on pre-bound listeners until a shutdown future
@@ -27,6 +28,7 @@ mod metrics;
 pub mod node;
 mod push;
 mod sweeper;
+mod udp;
 mod writer;
 
 use std::future::Future;
@@ -83,8 +85,11 @@ pub async fn run(
         tasks.clone(),
     ));
     let stop_http = cancel.child_token();
-    let server = axum::serve(listeners.http, router(node))
-        .with_graceful_shutdown(stop_http.clone().cancelled_owned());
+    let server = axum::serve(
+        listeners.http,
+        router(node).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(stop_http.clone().cancelled_owned());
     let server = tokio::spawn(async move { server.await });
     shutdown.await;
     tracing::info!("shutting down");

@@ -129,6 +129,7 @@ struct Inner {
     clock: Clock,
     state: Arc<State>,
     writer: Arc<dyn Propose>,
+    udp: Option<Arc<crate::udp::UdpPush>>,
 }
 
 impl std::fmt::Debug for Node {
@@ -151,12 +152,20 @@ impl Node {
     ) -> Node {
         let state = Arc::new(State::new(&config));
         let writer = LocalWriter::start(&config, clock, state.clone(), tasks, cancel.clone());
+        let udp = match crate::udp::UdpPush::start(config.bind, tasks, cancel.clone()) {
+            Ok(udp) => Some(udp),
+            Err(e) => {
+                tracing::warn!(error = %e, "no UDP socket: v1 clients will not get pushes");
+                None
+            }
+        };
         let node = Node {
             inner: Arc::new(Inner {
                 config,
                 clock,
                 state,
                 writer: Arc::new(writer),
+                udp,
             }),
         };
         tasks.spawn(crate::sweeper::run(node.clone(), cancel));
@@ -206,6 +215,11 @@ impl Node {
     /// The beat period of a tracked instance.
     pub fn beat_interval(&self, key: &LiveKey) -> Option<Millis> {
         self.inner.state.liveness().beat_interval(key)
+    }
+
+    /// UDP push for v1 clients, if its socket could be bound.
+    pub(crate) fn udp(&self) -> Option<&Arc<crate::udp::UdpPush>> {
+        self.inner.udp.as_ref()
     }
 
     pub(crate) fn deadlines_moved(&self) -> &Notify {

@@ -5,9 +5,9 @@
 
 use std::sync::Arc;
 
-use understudy_core::{select, InstanceSpec, Op, Owner, Selection, ServiceKey};
+use understudy_core::{InstanceSpec, Op, Owner, ServiceKey};
 use understudy_proto::grpc::Payload;
-use understudy_proto::nacos::{InstanceJson, ServiceInfo};
+use understudy_proto::nacos::{NameStyle, ServiceInfo, View};
 use understudy_proto::nacos_rpc::{
     error_response, parse_clusters, seal, BatchInstanceRequest, Empty, Envelope, InstanceAck,
     InstanceRequest, Response, ServerCheck, ServiceInfoBody, ServiceList, ServiceListRequest,
@@ -205,45 +205,23 @@ async fn batch(node: &Node, conn: &Conn, envelope: &Envelope) -> Result<Payload,
 /// Renders a service's ServiceInfo as gRPC clients see it (plain name).
 pub(crate) fn service_info(node: &Node, target: PushTarget<'_>, healthy_only: bool) -> ServiceInfo {
     let service = node.registry().service(target.key);
-    render(
+    let view = View {
+        clusters_raw: target.clusters_raw,
+        clusters: target.clusters,
+        healthy_only,
+    };
+    ServiceInfo::render(
         target.key,
         service.as_deref(),
-        target.clusters_raw,
-        target.clusters,
-        healthy_only,
+        NameStyle::Plain,
+        view,
         target.ref_time,
     )
 }
 
-fn render(
-    key: &ServiceKey,
-    service: Option<&understudy_core::Service>,
-    clusters_raw: &str,
-    clusters: &[understudy_core::ClusterName],
-    healthy_only: bool,
-    ref_time: u64,
-) -> ServiceInfo {
-    let selected = select(
-        service,
-        &Selection {
-            clusters,
-            healthy_only,
-            enabled_only: true,
-        },
-    );
-    let hosts = selected
-        .instances
-        .iter()
-        .map(|i| InstanceJson::new(key, i))
-        .collect();
-    ServiceInfo::new(
-        key.name.to_string(),
-        key,
-        clusters_raw,
-        hosts,
-        selected.reach_protection_threshold,
-        ref_time,
-    )
+fn render(node: &Node, key: &ServiceKey, view: View<'_>) -> ServiceInfo {
+    let service = node.registry().service(key);
+    ServiceInfo::render(key, service.as_deref(), NameStyle::Plain, view, node.now())
 }
 
 fn query(node: &Node, envelope: &Envelope) -> Result<Payload, Failure> {
@@ -256,15 +234,12 @@ fn query(node: &Node, envelope: &Envelope) -> Result<Payload, Failure> {
         .healthy_only
         .or(request.health_only)
         .unwrap_or(false);
-    let service = node.registry().service(&key);
-    let info = render(
-        &key,
-        service.as_deref(),
-        &clusters_raw,
-        &clusters,
+    let view = View {
+        clusters_raw: &clusters_raw,
+        clusters: &clusters,
         healthy_only,
-        node.now(),
-    );
+    };
+    let info = render(node, &key, view);
     Ok(seal(
         "QueryServiceResponse",
         &Response::ok(ServiceInfoBody { service_info: info }),
@@ -291,15 +266,12 @@ fn subscribe(node: &Node, conn: &Conn, envelope: &Envelope) -> Result<Payload, F
         info
     } else {
         hub.unsubscribe(subscriber, &key);
-        let service = node.registry().service(&key);
-        render(
-            &key,
-            service.as_deref(),
-            &clusters_raw,
-            &clusters,
-            false,
-            node.now(),
-        )
+        let view = View {
+            clusters_raw: &clusters_raw,
+            clusters: &clusters,
+            healthy_only: false,
+        };
+        render(node, &key, view)
     };
     let mut response = Response::ok(ServiceInfoBody { service_info: info });
     response.message = Some("success".to_owned());

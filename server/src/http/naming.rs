@@ -8,13 +8,13 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
 use understudy_core::{
-    select, HealthSource, InstanceKey, InstancePatch, InstanceSpec, LiveKey, Op, Owner, Selection,
-    ServiceKind, ServiceMeta, ServiceMetaPatch, UpdateMode,
+    HealthSource, InstanceKey, InstancePatch, InstanceSpec, LiveKey, Op, Owner, ServiceKind,
+    ServiceMeta, ServiceMetaPatch, UpdateMode,
 };
 use understudy_proto::nacos::{
-    BeatInfo, BeatReply, ErrorCode, InstanceDetailV1, InstanceDetailV2, InstanceJson, NacosResult,
+    BeatInfo, BeatReply, ErrorCode, InstanceDetailV1, InstanceDetailV2, NacosResult, NameStyle,
     SelectorJson, ServiceDetailV1, ServiceDetailV2, ServiceInfo, ServiceListV1, ServiceListV2,
-    BEAT_OK, BEAT_RESOURCE_NOT_FOUND,
+    View, BEAT_OK, BEAT_RESOURCE_NOT_FOUND,
 };
 
 use super::error::{plain, ApiError};
@@ -58,7 +58,19 @@ macro_rules! versions {
 versions!(register_v1, register_v2, register, v1_ok, v2_ok);
 versions!(deregister_v1, deregister_v2, deregister, v1_ok, v2_ok);
 versions!(update_v1, update_v2, update, v1_ok, v2_ok);
-versions!(list_v1, list_v2, list, v1_json, v2_json);
+
+pub(crate) async fn list_v1(
+    State(node): State<Node>,
+    peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
+    params: Input,
+) -> Response {
+    let peer = peer.map(|axum::Extension(axum::extract::ConnectInfo(addr))| addr);
+    v1_json(params.and_then(|p| list(&node, &p, Api::V1, peer)))
+}
+
+pub(crate) async fn list_v2(State(node): State<Node>, params: Input) -> Response {
+    v2_json(params.and_then(|p| list(&node, &p, Api::V2, None)))
+}
 versions!(
     create_service_v1,
     create_service_v2,
@@ -279,7 +291,14 @@ fn detail(node: &Node, p: &Params, api: Api) -> Result<InstanceDetailV1, ApiErro
     Ok(InstanceDetailV1::new(&service_key, instance))
 }
 
-async fn list(node: &Node, p: &Params, api: Api) -> Result<ServiceInfo, ApiError> {
+/// Lists a service. A v1 caller that gives a `udpPort` becomes a UDP
+/// subscriber at its own address (`peer`) and that port.
+fn list(
+    node: &Node,
+    p: &Params,
+    api: Api,
+    peer: Option<std::net::SocketAddr>,
+) -> Result<ServiceInfo, ApiError> {
     let key = p.service_key(api)?;
     let filter_param = match api {
         Api::V1 => "clusters",
@@ -290,26 +309,28 @@ async fn list(node: &Node, p: &Params, api: Api) -> Result<ServiceInfo, ApiError
     let healthy_only = p
         .get("healthyOnly")
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+    let view = View {
+        clusters_raw: &clusters_raw,
+        clusters: &clusters,
+        healthy_only,
+    };
+    let udp_port = match p.get("udpPort") {
+        Some(raw) => parse_port(raw)
+            .map_err(|_| ApiError::invalid("udpPort", "must be between 0 and 65535"))?,
+        None => 0,
+    };
+    if let (Some(udp), Some(peer)) = (node.udp(), peer) {
+        if udp_port > 0 && !healthy_only {
+            let addr = std::net::SocketAddr::new(peer.ip(), udp_port);
+            return Ok(udp.listen(node, addr, &key, view));
+        }
+    }
     let service = node.registry().service(&key);
-    let selected = select(
-        service.as_deref(),
-        &Selection {
-            clusters: &clusters,
-            healthy_only,
-            enabled_only: true,
-        },
-    );
-    let hosts = selected
-        .instances
-        .iter()
-        .map(|i| InstanceJson::new(&key, i))
-        .collect();
-    Ok(ServiceInfo::new(
-        key.grouped_name(),
+    Ok(ServiceInfo::render(
         &key,
-        &clusters_raw,
-        hosts,
-        selected.reach_protection_threshold,
+        service.as_deref(),
+        NameStyle::Grouped,
+        view,
         node.now(),
     ))
 }
