@@ -156,7 +156,7 @@ where
 
 /// `subscribers` connections subscribe to one service; a provider then
 /// changes it `changes` times, one change at a time. Latency is from the
-/// change being acknowledged to each subscriber receiving its push.
+/// change being sent to each subscriber receiving its push.
 pub async fn push(grpc: SocketAddr, subscribers: usize, changes: usize) -> anyhow::Result<Report> {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut watchers = Vec::with_capacity(subscribers);
@@ -170,8 +170,8 @@ pub async fn push(grpc: SocketAddr, subscribers: usize, changes: usize) -> anyho
     let started = Instant::now();
     for change in 0..changes {
         let port = 10_000 + u16::try_from(change % 50_000).unwrap_or(0);
-        provider.register("pushed", "10.8.0.1", port).await?;
         let written = tokio::time::Instant::now();
+        provider.register("pushed", "10.8.0.1", port).await?;
         let expected = format!("10.8.0.1:{port}");
         let mut reached = 0;
         let deadline = written + Duration::from_secs(30);

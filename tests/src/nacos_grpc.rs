@@ -29,6 +29,15 @@ pub struct Push {
     pub at: Instant,
 }
 
+/// Whether the client answers the server's requests (pushes, detection).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answers {
+    /// Answer every server request, as SDKs do.
+    All,
+    /// Answer nothing: a client that hangs.
+    Nothing,
+}
+
 /// One client connection.
 pub struct RawClient {
     unary: RequestClient<tonic::transport::Channel>,
@@ -58,6 +67,15 @@ impl RawClient {
         grpc: SocketAddr,
         pushes: Option<mpsc::UnboundedSender<Push>>,
     ) -> anyhow::Result<Self> {
+        Self::connect_answering(grpc, pushes, Answers::All).await
+    }
+
+    /// Connects, answering the server's requests or not.
+    pub async fn connect_answering(
+        grpc: SocketAddr,
+        pushes: Option<mpsc::UnboundedSender<Push>>,
+        answers: Answers,
+    ) -> anyhow::Result<Self> {
         let channel = tonic::transport::Endpoint::from_shared(format!("http://{grpc}"))?
             .connect()
             .await?;
@@ -76,6 +94,7 @@ impl RawClient {
             views.clone(),
             pushes,
             acked_tx,
+            answers,
         ));
         let setup = json!({"headers":{},"module":"internal","clientVersion":"understudy-tests",
             "tenant":"","labels":{"source":"sdk","module":"naming"},"abilityTable":{}});
@@ -208,6 +227,7 @@ async fn read(
     views: Arc<Mutex<HashMap<String, Value>>>,
     pushes: Option<mpsc::UnboundedSender<Push>>,
     acked: oneshot::Sender<()>,
+    answers: Answers,
 ) {
     let mut acked = Some(acked);
     while let Some(Ok(message)) = inbound.next().await {
@@ -244,6 +264,9 @@ async fn read(
             "ConnectResetRequest" => "ConnectResetResponse",
             _ => continue,
         };
+        if answers == Answers::Nothing {
+            continue;
+        }
         let ack = json!({"resultCode":200,"errorCode":0,"success":true,"requestId":request_id});
         if stream.send(payload(answer, &ack)).await.is_err() {
             break;

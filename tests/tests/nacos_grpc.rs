@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use understudy_server::config::Settings;
-use understudy_tests::nacos_grpc::RawClient;
+use understudy_tests::nacos_grpc::{Answers, RawClient};
 use understudy_tests::{eventually, Server};
 
 /// For many rounds, subscribers subscribe while writers register and
@@ -273,6 +273,36 @@ async fn requests_before_setup_get_301_but_server_check_always_answers() -> anyh
         (health.kind.as_str(), body["errorCode"].as_i64()),
         ("ErrorResponse", Some(301))
     );
+    server.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_answering_detection_is_dropped_and_one_that_answers_stays(
+) -> anyhow::Result<()> {
+    let server = Server::start(Settings {
+        connection_idle_ms: Some(200),
+        detection_timeout_ms: Some(300),
+        ..Settings::default()
+    })
+    .await?;
+    let watcher = RawClient::connect(server.grpc, None).await?;
+    watcher.subscribe("probed").await?;
+    let hung = RawClient::connect_answering(server.grpc, None, Answers::Nothing).await?;
+    hung.register("probed", "10.0.0.1", 1).await?;
+    let alive = RawClient::connect(server.grpc, None).await?;
+    alive.register("probed", "10.0.0.2", 2).await?;
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            watcher.view("probed") == Some(vec!["10.0.0.2:2".into()])
+        })
+        .await,
+        "the hung client's instance is still there: {:?}",
+        watcher.view("probed")
+    );
+    // The answering client outlives several detection rounds.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert_eq!(watcher.query("probed").await?, vec!["10.0.0.2:2"]);
     server.stop().await?;
     Ok(())
 }
