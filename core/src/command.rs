@@ -5,8 +5,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    InstanceKey, InstancePatch, InstanceSpec, Millis, NamespaceId, Owner, ServiceKey, ServiceKind,
-    ServiceMeta, ServiceMetaPatch,
+    ConfigKey, ConfigSpec, InstanceKey, InstancePatch, InstanceSpec, Millis, NamespaceId, Owner,
+    ServiceKey, ServiceKind, ServiceMeta, ServiceMetaPatch,
 };
 
 /// A mutation and the time it was issued.
@@ -168,6 +168,21 @@ pub enum Op {
     DeleteNamespace {
         /// Its id.
         namespace: NamespaceId,
+    },
+    /// Publish a config item (insert or overwrite).
+    PublishConfig {
+        /// Its key.
+        key: ConfigKey,
+        /// What to store.
+        spec: ConfigSpec,
+        /// Compare-and-set: when the item exists, publish only if its md5
+        /// is this one. Ignored when the item does not exist.
+        cas_md5: Option<String>,
+    },
+    /// Remove a config item (a no-op when absent).
+    RemoveConfig {
+        /// Its key.
+        key: ConfigKey,
     },
 }
 

@@ -70,12 +70,20 @@ pub enum Error {
         namespace: String,
     },
     /// The namespace still holds services.
-    #[error("namespace {namespace} still has {services} services")]
+    #[error("namespace {namespace} still has {services} services and configs")]
     NamespaceNotEmpty {
         /// Namespace id.
         namespace: String,
-        /// How many services it still holds.
+        /// How many services and configs it still holds.
         services: usize,
+    },
+    /// A compare-and-set publish found another md5.
+    #[error("Cas publish fail, server md5 may have changed. dataId: {data_id}, group: {group}")]
+    CasMismatch {
+        /// Data id.
+        data_id: String,
+        /// Group.
+        group: String,
     },
     /// The change log no longer holds the revisions asked for: take a snapshot.
     #[error("history from revision {requested} is compacted; the oldest kept is {oldest}")]

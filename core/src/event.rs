@@ -8,8 +8,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    Error, Instance, InstanceKey, Millis, NamespaceId, RemovalCause, ServiceKey, ServiceKind,
-    ServiceMeta,
+    ConfigKey, Error, Instance, InstanceKey, Millis, NamespaceId, RemovalCause, ServiceKey,
+    ServiceKind, ServiceMeta,
 };
 
 /// One change to the registry.
@@ -84,6 +84,20 @@ pub enum Event {
         /// The namespace.
         namespace: NamespaceId,
     },
+    /// A config item was published.
+    ConfigPublished {
+        /// Its key.
+        key: ConfigKey,
+        /// Its md5 now.
+        md5: String,
+        /// Whether the content changed (listeners are told only then).
+        changed: bool,
+    },
+    /// A config item was removed.
+    ConfigRemoved {
+        /// Its key.
+        key: ConfigKey,
+    },
 }
 
 impl Event {
@@ -96,7 +110,18 @@ impl Event {
             | Event::ServiceCreated { service, .. }
             | Event::ServiceUpdated { service, .. }
             | Event::ServiceRemoved { service } => Some(service),
-            Event::NamespaceSaved { .. } | Event::NamespaceRemoved { .. } => None,
+            Event::NamespaceSaved { .. }
+            | Event::NamespaceRemoved { .. }
+            | Event::ConfigPublished { .. }
+            | Event::ConfigRemoved { .. } => None,
+        }
+    }
+
+    /// The config item it concerns, if any.
+    pub fn config(&self) -> Option<&ConfigKey> {
+        match self {
+            Event::ConfigPublished { key, .. } | Event::ConfigRemoved { key } => Some(key),
+            _ => None,
         }
     }
 
@@ -106,6 +131,7 @@ impl Event {
             Event::NamespaceSaved { namespace, .. } | Event::NamespaceRemoved { namespace } => {
                 namespace
             }
+            Event::ConfigPublished { key, .. } | Event::ConfigRemoved { key } => &key.namespace,
             other => {
                 &other
                     .service()

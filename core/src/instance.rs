@@ -182,6 +182,8 @@ pub struct Limits {
     pub max_metadata_value_bytes: usize,
     /// Most instances in one registration (a batch).
     pub max_instances_per_registration: usize,
+    /// Largest config content, in bytes.
+    pub max_config_bytes: usize,
 }
 
 impl Default for Limits {
@@ -191,6 +193,7 @@ impl Default for Limits {
             max_metadata_key_bytes: 256,
             max_metadata_value_bytes: 4096,
             max_instances_per_registration: 1000,
+            max_config_bytes: 10 << 20,
         }
     }
 }

@@ -14,6 +14,8 @@
 //!   revision, and the bounded change log behind watch resume;
 //! - `registry`: [`Registry`], which applies commands, answers queries and
 //!   takes and restores [`RegistrySnapshot`]s;
+//! - `config`: config items ([`ConfigKey`], [`ConfigItem`]) of the Nacos
+//!   config service, with their md5;
 //! - `liveness`: [`Liveness`], the beat and connection deadlines kept by
 //!   the node responsible for an instance, outside the replicated state.
 //!
@@ -24,6 +26,7 @@
 #![warn(missing_docs)]
 
 mod command;
+mod config;
 mod error;
 mod event;
 mod instance;
@@ -33,6 +36,7 @@ mod registry;
 mod service;
 
 pub use command::{Command, HealthSource, Op, RemovalCause, UpdateMode};
+pub use config::{content_md5, ConfigItem, ConfigKey, ConfigSpec};
 pub use error::Error;
 pub use event::{Change, Event};
 pub use instance::{

@@ -94,6 +94,12 @@ impl NamespaceId {
         Self(DEFAULT_NAMESPACE.to_owned())
     }
 
+    /// A config tenant already checked by the config rules (which allow
+    /// `:` and `.` too).
+    pub(crate) fn from_config_tenant(tenant: &str) -> Self {
+        Self(tenant.to_owned())
+    }
+
     /// Whether this is the default namespace.
     pub fn is_public(&self) -> bool {
         self.0 == DEFAULT_NAMESPACE

@@ -10,9 +10,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::event::ChangeLog;
 use crate::{
-    Change, Command, Error, Event, GroupName, HealthSource, HealthTimeouts, Instance, InstanceKey,
-    InstancePatch, InstanceSpec, Limits, Millis, NamespaceId, Op, Owner, RemovalCause, Service,
-    ServiceKey, ServiceKind, ServiceMeta, ServiceMetaPatch, ServiceName, UpdateMode,
+    Change, Command, ConfigItem, ConfigKey, ConfigSpec, Error, Event, GroupName, HealthSource,
+    HealthTimeouts, Instance, InstanceKey, InstancePatch, InstanceSpec, Limits, Millis,
+    NamespaceId, Op, Owner, RemovalCause, Service, ServiceKey, ServiceKind, ServiceMeta,
+    ServiceMetaPatch, ServiceName, UpdateMode,
 };
 
 /// Rules every replica must share: they decide what `apply` accepts.
@@ -128,6 +129,8 @@ pub struct RegistrySnapshot {
     /// Every service, shared with the registry it was taken from: taking a
     /// snapshot copies one `Arc` per service.
     pub services: Vec<Arc<Service>>,
+    /// Every config item.
+    pub configs: Vec<(ConfigKey, Arc<ConfigItem>)>,
 }
 
 /// The registry.
@@ -145,6 +148,7 @@ pub struct Registry {
     empty_implicit: BTreeSet<(Millis, ServiceKey)>,
     /// The same index by service, to find an entry without a scan.
     empty_since: BTreeMap<ServiceKey, Millis>,
+    configs: BTreeMap<ConfigKey, Arc<ConfigItem>>,
 }
 
 fn default_namespace_info() -> NamespaceInfo {
@@ -167,6 +171,7 @@ impl Registry {
             log,
             empty_implicit: BTreeSet::new(),
             empty_since: BTreeMap::new(),
+            configs: BTreeMap::new(),
         }
     }
 
@@ -281,6 +286,25 @@ impl Registry {
         }
     }
 
+    /// One config item.
+    pub fn config(&self, key: &ConfigKey) -> Option<Arc<ConfigItem>> {
+        self.configs.get(key).cloned()
+    }
+
+    /// The md5 of a config item, `""` when it does not exist (as Nacos
+    /// compares listeners' md5s).
+    pub fn config_md5(&self, key: &ConfigKey) -> &str {
+        self.configs.get(key).map_or("", |c| c.md5.as_str())
+    }
+
+    /// How many config items a namespace holds.
+    pub fn config_count(&self, namespace: &NamespaceId) -> usize {
+        self.configs
+            .keys()
+            .filter(|k| k.namespace == *namespace)
+            .count()
+    }
+
     /// The changes after revision `after`, oldest first, or
     /// [`Error::HistoryCompacted`] when the log no longer holds them all
     /// (then take a fresh view).
@@ -323,6 +347,11 @@ impl Registry {
                 .filter_map(|(id, ns)| ns.info.clone().map(|info| (id.clone(), info)))
                 .collect(),
             services: self.all_services().cloned().collect(),
+            configs: self
+                .configs
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
         }
     }
 
@@ -334,6 +363,7 @@ impl Registry {
         for (id, info) in snapshot.namespaces {
             registry.namespaces.entry(id).or_default().info = Some(info);
         }
+        registry.configs = snapshot.configs.into_iter().collect();
         for service in snapshot.services {
             for (key, instance) in &service.instances {
                 registry
@@ -413,6 +443,10 @@ impl Registry {
                 description,
             } => self.save_namespace(&mut tx, namespace, name, description, SaveMode::Update)?,
             Op::DeleteNamespace { namespace } => self.delete_namespace(&mut tx, namespace)?,
+            Op::PublishConfig { key, spec, cas_md5 } => {
+                self.publish_config(&mut tx, key, spec, cas_md5.as_deref())?
+            }
+            Op::RemoveConfig { key } => self.remove_config(&mut tx, key),
         }
         Ok(self.commit(tx))
     }
@@ -907,11 +941,12 @@ impl Registry {
                 namespace: id.to_string(),
             });
         };
-        if !namespace.services.is_empty() {
-            // Deleting it would silently drop registrations.
+        let configs = self.config_count(id);
+        if !namespace.services.is_empty() || configs > 0 {
+            // Deleting it would silently drop registrations or configs.
             return Err(Error::NamespaceNotEmpty {
                 namespace: id.to_string(),
-                services: namespace.services.len(),
+                services: namespace.services.len() + configs,
             });
         }
         self.namespaces.remove(id);
@@ -919,6 +954,43 @@ impl Registry {
             namespace: id.clone(),
         });
         Ok(())
+    }
+}
+
+impl Registry {
+    fn publish_config(
+        &mut self,
+        tx: &mut Tx,
+        key: &ConfigKey,
+        spec: &ConfigSpec,
+        cas_md5: Option<&str>,
+    ) -> Result<(), Error> {
+        let item = ConfigItem::build(spec, tx.at, self.options.limits.max_config_bytes)?;
+        let current = self.configs.get(key);
+        if let (Some(expected), Some(current)) = (cas_md5.filter(|m| !m.trim().is_empty()), current)
+        {
+            if !current.md5.is_empty() && current.md5 != expected {
+                return Err(Error::CasMismatch {
+                    data_id: key.data_id.clone(),
+                    group: key.group.clone(),
+                });
+            }
+        }
+        let changed = current.is_none_or(|c| c.md5 != item.md5);
+        let md5 = item.md5.clone();
+        self.configs.insert(key.clone(), Arc::new(item));
+        tx.events.push(Event::ConfigPublished {
+            key: key.clone(),
+            md5,
+            changed,
+        });
+        Ok(())
+    }
+
+    fn remove_config(&mut self, tx: &mut Tx, key: &ConfigKey) {
+        if self.configs.remove(key).is_some() {
+            tx.events.push(Event::ConfigRemoved { key: key.clone() });
+        }
     }
 }
 

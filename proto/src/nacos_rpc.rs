@@ -486,3 +486,105 @@ mod tests {
         );
     }
 }
+
+// ---- config ---------------------------------------------------------------
+
+/// The fields every config request shares.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ConfigCommon {
+    pub data_id: Option<String>,
+    pub group: Option<String>,
+    pub tenant: Option<String>,
+    pub tag: Option<String>,
+}
+
+impl ConfigCommon {
+    /// The config the request names.
+    pub fn key(&self) -> Result<understudy_core::ConfigKey, DecodeError> {
+        understudy_core::ConfigKey::parse(
+            self.tenant.as_deref().unwrap_or(""),
+            self.group.as_deref().unwrap_or(""),
+            self.data_id.as_deref().unwrap_or(""),
+        )
+        .map_err(DecodeError::from)
+    }
+}
+
+/// `ConfigQueryRequest` and `ConfigRemoveRequest`.
+pub type ConfigQueryRequest = ConfigCommon;
+
+/// `ConfigPublishRequest`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ConfigPublishRequest {
+    #[serde(flatten)]
+    pub common: ConfigCommon,
+    pub content: Option<String>,
+    pub cas_md5: Option<String>,
+    pub addition_map: Option<BTreeMap<String, Option<String>>>,
+}
+
+impl ConfigPublishRequest {
+    /// An `additionMap` value, blank when absent.
+    pub fn addition(&self, key: &str) -> String {
+        self.addition_map
+            .as_ref()
+            .and_then(|m| m.get(key).cloned().flatten())
+            .unwrap_or_default()
+    }
+}
+
+/// `ConfigQueryResponse` fields (found or not).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigQueryBody {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub encrypted_data_key: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub md5: Option<String>,
+    pub last_modified: u64,
+    pub beta: bool,
+}
+
+/// Error code of a missing config in `ConfigQueryResponse`.
+pub const CONFIG_NOT_FOUND: i32 = 300;
+
+/// One context of a `ConfigBatchListenRequest`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ConfigListenContext {
+    pub data_id: Option<String>,
+    pub group: Option<String>,
+    pub tenant: Option<String>,
+    pub md5: Option<String>,
+}
+
+/// `ConfigBatchListenRequest`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ConfigBatchListenRequest {
+    pub listen: Option<bool>,
+    pub config_listen_contexts: Option<Vec<ConfigListenContext>>,
+}
+
+/// A config named in answers and pushes, with the tenant as the client
+/// sent it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigContext {
+    pub data_id: String,
+    pub group: String,
+    pub tenant: String,
+}
+
+/// `ConfigChangeBatchListenResponse`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigChangedBody {
+    pub changed_configs: Vec<ConfigContext>,
+}

@@ -177,6 +177,12 @@ pub struct Settings {
     /// Largest gRPC message, bytes [default: 10485760].
     #[arg(long, env = "UNDERSTUDY_MAX_GRPC_MESSAGE_BYTES")]
     pub max_grpc_message_bytes: Option<usize>,
+    /// Largest config content, bytes [default: 10485760].
+    #[arg(long, env = "UNDERSTUDY_MAX_CONFIG_BYTES")]
+    pub max_config_bytes: Option<usize>,
+    /// Shortest hold of a v1 config long poll, ms (Nacos: 10000) [default: 10000].
+    #[arg(long, env = "UNDERSTUDY_LONG_POLL_FLOOR_MS")]
+    pub long_poll_floor_ms: Option<u64>,
     /// How long shutdown waits for requests and tasks to finish, ms [default: 5000].
     #[arg(long, env = "UNDERSTUDY_SHUTDOWN_GRACE_MS")]
     pub shutdown_grace_ms: Option<u64>,
@@ -220,6 +226,8 @@ impl Settings {
             connection_idle_ms,
             detection_timeout_ms,
             max_grpc_message_bytes,
+            max_config_bytes,
+            long_poll_floor_ms,
             shutdown_grace_ms,
         )
     }
@@ -278,6 +286,8 @@ pub struct ValidConfig {
     pub write_timeout: Duration,
     /// Push and connection settings of the gRPC API.
     pub grpc: GrpcConfig,
+    /// Shortest hold of a v1 config long poll.
+    pub long_poll_floor: Duration,
     /// Shutdown grace period.
     pub shutdown_grace: Duration,
 }
@@ -344,6 +354,7 @@ impl ValidConfig {
                 s.max_instances_per_registration,
                 1000,
             )?,
+            max_config_bytes: positive("max_config_bytes", s.max_config_bytes, 10 << 20)?,
         };
         let zone_key = s.zone_key.unwrap_or_else(|| "zone".to_owned());
         if zone_key.trim().is_empty() {
@@ -415,6 +426,7 @@ impl ValidConfig {
                 2_000,
             )?),
             grpc,
+            long_poll_floor: Duration::from_millis(s.long_poll_floor_ms.unwrap_or(10_000)),
             shutdown_grace: Duration::from_millis(s.shutdown_grace_ms.unwrap_or(5_000)),
         })
     }

@@ -56,7 +56,10 @@ pub struct State {
     registry: RwLock<Registry>,
     liveness: Mutex<Liveness>,
     deadlines_moved: Notify,
-    hub: crate::push::Hub,
+    hub: crate::push::Hub<understudy_core::ServiceKey>,
+    config_hub: crate::push::Hub<understudy_core::ConfigKey>,
+    /// Every config change, for HTTP long polling.
+    config_changes: tokio::sync::broadcast::Sender<understudy_core::ConfigKey>,
 }
 
 impl State {
@@ -67,6 +70,8 @@ impl State {
             liveness: Mutex::new(Liveness::new()),
             deadlines_moved: Notify::new(),
             hub: crate::push::Hub::default(),
+            config_hub: crate::push::Hub::default(),
+            config_changes: tokio::sync::broadcast::channel(4096).0,
         }
     }
 
@@ -77,9 +82,22 @@ impl State {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The push fan-out.
-    pub(crate) fn hub(&self) -> &crate::push::Hub {
+    /// The push fan-out of services.
+    pub(crate) fn hub(&self) -> &crate::push::Hub<understudy_core::ServiceKey> {
         &self.hub
+    }
+
+    /// The push fan-out of config items.
+    pub(crate) fn config_hub(&self) -> &crate::push::Hub<understudy_core::ConfigKey> {
+        &self.config_hub
+    }
+
+    /// Every config change, for long polling. Subscribe before comparing
+    /// md5s, so no change falls between.
+    pub(crate) fn config_changes(
+        &self,
+    ) -> tokio::sync::broadcast::Receiver<understudy_core::ConfigKey> {
+        self.config_changes.subscribe()
     }
 
     pub(crate) fn liveness(&self) -> MutexGuard<'_, Liveness> {
@@ -111,7 +129,25 @@ impl State {
         if any {
             self.deadlines_moved.notify_one();
             for changes in results.iter().flatten() {
-                self.hub.changed(changes);
+                let services: std::collections::BTreeSet<_> =
+                    changes.iter().filter_map(|c| c.event.service()).collect();
+                self.hub.changed(services);
+                // Config listeners hear of content changes and removals only.
+                let configs: std::collections::BTreeSet<_> = changes
+                    .iter()
+                    .filter(|c| {
+                        !matches!(
+                            c.event,
+                            understudy_core::Event::ConfigPublished { changed: false, .. }
+                        )
+                    })
+                    .filter_map(|c| c.event.config())
+                    .collect();
+                for key in &configs {
+                    // No receiver (no long poll waiting) is fine.
+                    let _ = self.config_changes.send((*key).clone());
+                }
+                self.config_hub.changed(configs);
             }
         }
         results

@@ -13,31 +13,43 @@
 //! together with the `lastRefTime` it is stamped with, so a later stamp
 //! always carries a state at least as new.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
+use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
-use understudy_core::{Change, ClusterName, Millis, ServiceKey};
+use understudy_core::{ClusterName, Millis};
 
-/// All subscriptions, by service.
-#[derive(Debug, Default)]
-pub(crate) struct Hub {
-    services: Mutex<HashMap<ServiceKey, HashMap<u64, Arc<Subscriber>>>>,
+/// What can be subscribed to: services (naming) and config items.
+pub(crate) trait Topic:
+    Ord + Hash + Clone + std::fmt::Debug + Send + Sync + 'static
+{
+}
+
+impl<T: Ord + Hash + Clone + std::fmt::Debug + Send + Sync + 'static> Topic for T {}
+
+/// All subscriptions, by topic.
+#[derive(Debug)]
+pub(crate) struct Hub<K: Topic> {
+    services: Mutex<HashMap<K, HashMap<u64, Arc<Subscriber<K>>>>>,
+}
+
+impl<K: Topic> Default for Hub<K> {
+    fn default() -> Self {
+        Self {
+            services: Mutex::default(),
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-impl Hub {
-    /// Marks the subscriptions of every changed service dirty.
-    pub(crate) fn changed(&self, changes: &[Change]) {
-        let keys: BTreeSet<&ServiceKey> =
-            changes.iter().filter_map(|c| c.event.service()).collect();
-        if keys.is_empty() {
-            return;
-        }
+impl<K: Topic> Hub<K> {
+    /// Marks the subscriptions of every changed topic dirty.
+    pub(crate) fn changed<'a>(&self, keys: impl IntoIterator<Item = &'a K>) {
         let services = lock(&self.services);
         for key in keys {
             for subscriber in services.get(key).into_iter().flat_map(HashMap::values) {
@@ -51,8 +63,8 @@ impl Hub {
     /// this returns, then releases.
     pub(crate) fn subscribe(
         &self,
-        subscriber: &Arc<Subscriber>,
-        key: &ServiceKey,
+        subscriber: &Arc<Subscriber<K>>,
+        key: &K,
         clusters_raw: &str,
         clusters: Vec<ClusterName>,
     ) {
@@ -65,7 +77,7 @@ impl Hub {
     }
 
     /// Removes a subscriber's subscriptions to `key`.
-    pub(crate) fn unsubscribe(&self, subscriber: &Subscriber, key: &ServiceKey) {
+    pub(crate) fn unsubscribe(&self, subscriber: &Subscriber<K>, key: &K) {
         let mut services = lock(&self.services);
         if let Some(subs) = services.get_mut(key) {
             subs.remove(&subscriber.id);
@@ -77,8 +89,8 @@ impl Hub {
     }
 
     /// Removes every subscription of a subscriber (its connection closed).
-    pub(crate) fn remove(&self, subscriber: &Subscriber) {
-        let keys: Vec<ServiceKey> = lock(&subscriber.state).subs.keys().cloned().collect();
+    pub(crate) fn remove(&self, subscriber: &Subscriber<K>) {
+        let keys: Vec<K> = lock(&subscriber.state).subs.keys().cloned().collect();
         let mut services = lock(&self.services);
         for key in keys {
             if let Some(subs) = services.get_mut(&key) {
@@ -116,15 +128,24 @@ struct InFlight {
     sent_at: Millis,
 }
 
-#[derive(Debug, Default)]
-struct SubscriberState {
-    /// Service -> cluster filter string -> subscription.
-    subs: BTreeMap<ServiceKey, BTreeMap<String, Sub>>,
+#[derive(Debug)]
+struct SubscriberState<K> {
+    /// Topic -> variant (a service's cluster filter; the tenant a config
+    /// listener sent) -> subscription.
+    subs: BTreeMap<K, BTreeMap<String, Sub>>,
+}
+
+impl<K> Default for SubscriberState<K> {
+    fn default() -> Self {
+        Self {
+            subs: BTreeMap::new(),
+        }
+    }
 }
 
 /// What a push renderer is given.
-pub(crate) struct PushTarget<'a> {
-    pub(crate) key: &'a ServiceKey,
+pub(crate) struct PushTarget<'a, K> {
+    pub(crate) key: &'a K,
     pub(crate) clusters_raw: &'a str,
     pub(crate) clusters: &'a [ClusterName],
     /// Strictly increasing per subscription.
@@ -133,14 +154,14 @@ pub(crate) struct PushTarget<'a> {
 
 /// A subscriber (a connection) and its subscriptions.
 #[derive(Debug)]
-pub(crate) struct Subscriber {
+pub(crate) struct Subscriber<K> {
     id: u64,
-    state: Mutex<SubscriberState>,
+    state: Mutex<SubscriberState<K>>,
     wake: Notify,
     request_ids: AtomicU64,
 }
 
-impl Subscriber {
+impl<K: Topic> Subscriber<K> {
     pub(crate) fn new(id: u64) -> Self {
         Self {
             id,
@@ -155,7 +176,7 @@ impl Subscriber {
         &self.wake
     }
 
-    fn install(&self, key: &ServiceKey, clusters_raw: &str, clusters: Vec<ClusterName>) {
+    fn install(&self, key: &K, clusters_raw: &str, clusters: Vec<ClusterName>) {
         let mut state = lock(&self.state);
         let subs = state.subs.entry(key.clone()).or_default();
         let sub = subs.entry(clusters_raw.to_owned()).or_insert_with(|| Sub {
@@ -170,7 +191,7 @@ impl Subscriber {
         sub.held = true;
     }
 
-    fn mark_dirty(&self, key: &ServiceKey) {
+    fn mark_dirty(&self, key: &K) {
         let mut state = lock(&self.state);
         if let Some(subs) = state.subs.get_mut(key) {
             for sub in subs.values_mut() {
@@ -187,10 +208,10 @@ impl Subscriber {
     /// is clean afterwards.
     pub(crate) fn render_now<T>(
         &self,
-        key: &ServiceKey,
+        key: &K,
         clusters_raw: &str,
         now: Millis,
-        render: impl FnOnce(PushTarget<'_>) -> T,
+        render: impl FnOnce(PushTarget<'_, K>) -> T,
     ) -> Option<T> {
         let mut state = lock(&self.state);
         let sub = state.subs.get_mut(key)?.get_mut(clusters_raw)?;
@@ -205,7 +226,7 @@ impl Subscriber {
     }
 
     /// Lets a held subscription be pushed.
-    pub(crate) fn release(&self, key: &ServiceKey, clusters_raw: &str) {
+    pub(crate) fn release(&self, key: &K, clusters_raw: &str) {
         let mut state = lock(&self.state);
         if let Some(sub) = state
             .subs
@@ -227,7 +248,7 @@ impl Subscriber {
     pub(crate) fn due_pushes<T>(
         &self,
         now: Millis,
-        mut render: impl FnMut(&str, PushTarget<'_>) -> T,
+        mut render: impl FnMut(&str, PushTarget<'_, K>) -> T,
     ) -> Vec<T> {
         let mut state = lock(&self.state);
         let mut out = Vec::new();
@@ -323,36 +344,23 @@ impl Subscriber {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use understudy_core::{Command, InstanceSpec, Op, Owner, Registry, RegistryOptions};
+    use understudy_core::ServiceKey;
 
     fn key(name: &str) -> ServiceKey {
         ServiceKey::parse("", "", name).unwrap()
     }
 
-    fn change(name: &str) -> Vec<Change> {
-        let mut registry = Registry::new(RegistryOptions::default());
-        registry
-            .apply(&Command::new(
-                0,
-                Op::Register {
-                    service: key(name),
-                    owner: Owner::Beat {
-                        ip: "10.0.0.1".into(),
-                        port: 1,
-                    },
-                    instances: vec![InstanceSpec::new("10.0.0.1", 1)],
-                },
-            ))
-            .unwrap()
+    fn change(name: &str) -> [ServiceKey; 1] {
+        [key(name)]
     }
 
-    fn due(s: &Subscriber, now: Millis) -> Vec<(String, Millis)> {
+    fn due(s: &Subscriber<ServiceKey>, now: Millis) -> Vec<(String, Millis)> {
         s.due_pushes(now, |id, t| (id.to_owned(), t.ref_time))
     }
 
     #[test]
     fn a_change_after_subscribing_is_pushed_once_released() {
-        let hub = Hub::default();
+        let hub: Hub<ServiceKey> = Hub::default();
         let sub = Arc::new(Subscriber::new(1));
         hub.subscribe(&sub, &key("a"), "", vec![]);
         hub.changed(&change("a"));
@@ -369,7 +377,7 @@ mod tests {
 
     #[test]
     fn changes_during_an_unacknowledged_push_merge_into_the_next() {
-        let hub = Hub::default();
+        let hub: Hub<ServiceKey> = Hub::default();
         let sub = Arc::new(Subscriber::new(1));
         hub.subscribe(&sub, &key("a"), "", vec![]);
         sub.release(&key("a"), "");
@@ -391,7 +399,7 @@ mod tests {
 
     #[test]
     fn lost_and_failed_pushes_are_retried() {
-        let hub = Hub::default();
+        let hub: Hub<ServiceKey> = Hub::default();
         let sub = Arc::new(Subscriber::new(1));
         hub.subscribe(&sub, &key("a"), "", vec![]);
         sub.release(&key("a"), "");
@@ -413,7 +421,7 @@ mod tests {
 
     #[test]
     fn removing_a_subscriber_drops_all_its_subscriptions() {
-        let hub = Hub::default();
+        let hub: Hub<ServiceKey> = Hub::default();
         let sub = Arc::new(Subscriber::new(1));
         hub.subscribe(&sub, &key("a"), "", vec![]);
         hub.subscribe(&sub, &key("b"), "c1", vec![]);

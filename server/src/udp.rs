@@ -42,7 +42,7 @@ pub(crate) struct UdpPush {
 #[derive(Debug)]
 struct Client {
     addr: SocketAddr,
-    subscriber: Arc<Subscriber>,
+    subscriber: Arc<Subscriber<ServiceKey>>,
     last_listed: AtomicU64,
     gone: CancellationToken,
 }

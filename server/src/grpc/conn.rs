@@ -16,7 +16,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::server::Connected;
-use understudy_core::{Millis, Op, Owner, RemovalCause};
+use understudy_core::{ConfigKey, Millis, Op, Owner, RemovalCause, ServiceKey};
 use understudy_proto::grpc::Payload;
 
 use crate::node::Node;
@@ -34,7 +34,9 @@ pub(crate) struct Conn {
     control: mpsc::Sender<Payload>,
     pushes: mpsc::Sender<Payload>,
     outbound: Mutex<Option<Outbound>>,
-    pub(crate) subscriber: Arc<Subscriber>,
+    pub(crate) subscriber: Arc<Subscriber<ServiceKey>>,
+    /// Config listeners; the variant is the tenant the client sent.
+    pub(crate) listener: Arc<Subscriber<ConfigKey>>,
     /// An unanswered detection probe: its request id and when it was sent.
     detection: Mutex<Option<(String, Millis)>>,
     /// Cancelled when the connection is closed, for whatever reason.
@@ -180,6 +182,7 @@ impl Conns {
                 closed: Box::pin(closed.clone().cancelled_owned()),
             })),
             subscriber: Arc::new(Subscriber::new(seq)),
+            listener: Arc::new(Subscriber::new(seq)),
             detection: Mutex::new(None),
             closed,
             server_requests: AtomicU64::new(1),
@@ -206,6 +209,7 @@ impl Conns {
 
         conn.closed.cancel();
         self.node.state().hub().remove(&conn.subscriber);
+        self.node.state().config_hub().remove(&conn.listener);
         if self.shutting_down.load(Ordering::Acquire) {
             return;
         }

@@ -4,6 +4,7 @@
 //! lifecycle (setup, detection, close), the per-connection pusher, and the
 //! shutdown sequence (ConnectReset, then end the streams).
 
+mod config;
 mod conn;
 mod naming;
 
@@ -19,8 +20,8 @@ use understudy_proto::grpc::bi_request_stream_server::{BiRequestStream, BiReques
 use understudy_proto::grpc::request_server::{Request, RequestServer};
 use understudy_proto::grpc::Payload;
 use understudy_proto::nacos_rpc::{
-    error_response, seal, ClientAck, ConnectionSetup, Envelope, NotifySubscriber, ServerRequest,
-    SetupAck, SERVER_ERROR,
+    error_response, seal, ClientAck, ConfigContext, ConnectionSetup, Envelope, NotifySubscriber,
+    ServerRequest, SetupAck, SERVER_ERROR,
 };
 
 use self::conn::{Conn, ConnInfo, Conns, Outbound};
@@ -236,17 +237,20 @@ fn answered(node: &Node, conn: &Conn, ack: &ClientAck) {
     }
 }
 
-/// Pushes due subscriptions to one connection until it closes.
+/// Pushes due subscriptions (services and config listeners) to one
+/// connection until it closes.
 async fn push(node: Node, conn: Arc<Conn>) {
     let grpc = node.config().grpc;
     let subscriber = conn.subscriber.clone();
+    let listener = conn.listener.clone();
     loop {
         let now = node.now();
-        let expired = subscriber.expire(now, grpc.push_timeout, grpc.push_retry);
+        let expired = subscriber.expire(now, grpc.push_timeout, grpc.push_retry)
+            + listener.expire(now, grpc.push_timeout, grpc.push_retry);
         if expired > 0 {
             metrics::counter!("understudy_pushes_timed_out_total").increment(expired as u64);
         }
-        let pushes = subscriber.due_pushes(now, |request_id, target| {
+        let mut pushes = subscriber.due_pushes(now, |request_id, target| {
             let body = NotifySubscriber {
                 namespace: target.key.namespace.to_string(),
                 service_name: target.key.name.to_string(),
@@ -258,13 +262,30 @@ async fn push(node: Node, conn: Arc<Conn>) {
                 &ServerRequest::new(request_id, "naming", body),
             )
         });
+        pushes.extend(listener.due_pushes(now, |request_id, target| {
+            let body = ConfigContext {
+                data_id: target.key.data_id.clone(),
+                group: target.key.group.clone(),
+                tenant: target.clusters_raw.to_owned(),
+            };
+            seal(
+                "ConfigChangeNotifyRequest",
+                &ServerRequest::new(request_id, "config", body),
+            )
+        }));
         for payload in pushes {
             if !conn.send_push(payload).await {
                 return;
             }
             metrics::counter!("understudy_pushes_sent_total").increment(1);
         }
-        let timer = subscriber.next_timer(grpc.push_timeout);
+        let timer = [
+            subscriber.next_timer(grpc.push_timeout),
+            listener.next_timer(grpc.push_timeout),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         let sleep = async {
             match timer {
                 Some(at) => tokio::time::sleep_until(node.clock().instant_at(at)).await,
@@ -273,12 +294,15 @@ async fn push(node: Node, conn: Arc<Conn>) {
         };
         tokio::select! {
             () = conn.closed.cancelled() => return,
-            () = subscriber.wake().notified() => {
-                if grpc.push_merge_delay > 0 {
-                    tokio::time::sleep(Duration::from_millis(grpc.push_merge_delay)).await;
-                }
-            }
+            () = subscriber.wake().notified() => merge_delay(grpc.push_merge_delay).await,
+            () = listener.wake().notified() => merge_delay(grpc.push_merge_delay).await,
             () = sleep => {}
         }
+    }
+}
+
+async fn merge_delay(ms: u64) {
+    if ms > 0 {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
     }
 }

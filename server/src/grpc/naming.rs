@@ -87,6 +87,10 @@ pub(crate) async fn dispatch(node: &Node, conn: &Arc<Conn>, envelope: Envelope) 
         "ServiceQueryRequest" => query(node, &envelope),
         "SubscribeServiceRequest" => subscribe(node, conn, &envelope),
         "ServiceListRequest" => service_list(node, &envelope),
+        "ConfigQueryRequest" => super::config::query(node, &envelope),
+        "ConfigPublishRequest" => super::config::publish(node, &envelope).await,
+        "ConfigRemoveRequest" => super::config::remove(node, &envelope).await,
+        "ConfigBatchListenRequest" => super::config::batch_listen(node, conn, &envelope),
         _ => Err(Failure {
             code: NO_HANDLER,
             message: format!("RequestHandler Not Found: no handler for request type '{kind}'"),
@@ -107,6 +111,10 @@ fn known_type(kind: &str) -> &'static str {
         "ServiceQueryRequest" => "ServiceQueryRequest",
         "SubscribeServiceRequest" => "SubscribeServiceRequest",
         "ServiceListRequest" => "ServiceListRequest",
+        "ConfigQueryRequest" => "ConfigQueryRequest",
+        "ConfigPublishRequest" => "ConfigPublishRequest",
+        "ConfigRemoveRequest" => "ConfigRemoveRequest",
+        "ConfigBatchListenRequest" => "ConfigBatchListenRequest",
         _ => "other",
     }
 }
@@ -203,7 +211,11 @@ async fn batch(node: &Node, conn: &Conn, envelope: &Envelope) -> Result<Payload,
 }
 
 /// Renders a service's ServiceInfo as gRPC clients see it (plain name).
-pub(crate) fn service_info(node: &Node, target: PushTarget<'_>, healthy_only: bool) -> ServiceInfo {
+pub(crate) fn service_info(
+    node: &Node,
+    target: PushTarget<'_, ServiceKey>,
+    healthy_only: bool,
+) -> ServiceInfo {
     let service = node.registry().service(target.key);
     let view = View {
         clusters_raw: target.clusters_raw,

@@ -157,6 +157,12 @@ impl From<CoreError> for ApiError {
             }
             CoreError::NamespaceExists { .. } => bad(ErrorCode::NamespaceAlreadyExist),
             CoreError::NamespaceNotFound { .. } => bad(ErrorCode::NamespaceNotExist),
+            CoreError::CasMismatch { .. } => Self::new(
+                StatusCode::CONFLICT,
+                ErrorCode::ResourceConflict,
+                None,
+                message.clone(),
+            ),
             CoreError::NamespaceNotEmpty { .. } | CoreError::HistoryCompacted { .. } => {
                 bad(ErrorCode::ParameterValidateError)
             }

@@ -1,8 +1,10 @@
-//! The HTTP adapter on the main port: the Nacos naming Open API (v1, v2),
+//! The HTTP adapter on the main port: the Nacos naming and config Open API
+//! (v1, v2),
 //! console and operator endpoints, native probes and `/metrics`. It owns
 //! routing, the body limit, request metrics and the fallbacks; handlers
 //! live in `naming` and `ops`, errors are rendered in `error`.
 
+mod config;
 mod error;
 mod naming;
 mod ops;
@@ -136,6 +138,19 @@ pub fn router(node: Node) -> Router {
         .route(
             "/nacos/v2/console/namespace/list",
             get(ops::namespace_get_v2),
+        )
+        .route(
+            "/nacos/v1/cs/configs",
+            get(config::get_v1)
+                .post(config::publish_v1)
+                .delete(config::remove_v1),
+        )
+        .route("/nacos/v1/cs/configs/listener", post(config::listen))
+        .route(
+            "/nacos/v2/cs/config",
+            get(config::get_v2)
+                .post(config::publish_v2)
+                .delete(config::remove_v2),
         )
         .route("/nacos/v1/console/server/state", get(ops::server_state))
         .route("/nacos/v1/console/health/liveness", get(ops::ok_text))

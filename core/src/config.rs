@@ -1,0 +1,200 @@
+//! Config items: what the Nacos config service stores, keyed by
+//! (namespace, group, dataId). Names are validated here with Nacos' rules,
+//! and the content's md5 is computed here, so every adapter and replica
+//! agrees on it.
+
+use std::fmt;
+
+use md5::{Digest, Md5};
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Millis, NamespaceId};
+
+const MAX_DATA_ID_LEN: usize = 256;
+const MAX_GROUP_LEN: usize = 128;
+const MAX_TENANT_LEN: usize = 128;
+
+fn config_chars(field: &'static str, raw: &str, max: usize) -> Result<(), Error> {
+    if raw.trim().is_empty() {
+        return Err(Error::invalid(field, "must not be blank"));
+    }
+    if raw.chars().count() > max {
+        return Err(Error::invalid(
+            field,
+            format!("longer than {max} characters"),
+        ));
+    }
+    if !raw
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | ':' | '.'))
+    {
+        return Err(Error::invalid(
+            field,
+            format!("'{raw}' may hold only letters, digits and '-', '_', ':', '.'"),
+        ));
+    }
+    Ok(())
+}
+
+/// The identity of a config item.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ConfigKey {
+    /// Namespace (`""`, `public` and `null` are the default one).
+    pub namespace: NamespaceId,
+    /// Group.
+    pub group: String,
+    /// Data id.
+    pub data_id: String,
+}
+
+impl ConfigKey {
+    /// Parses a tenant, group and data id as Nacos' config service does.
+    pub fn parse(tenant: &str, group: &str, data_id: &str) -> Result<Self, Error> {
+        config_chars("dataId", data_id, MAX_DATA_ID_LEN)?;
+        config_chars("group", group, MAX_GROUP_LEN)?;
+        let tenant = tenant.trim();
+        let namespace = if tenant.is_empty()
+            || tenant.eq_ignore_ascii_case(crate::DEFAULT_NAMESPACE)
+            || tenant.eq_ignore_ascii_case("null")
+        {
+            NamespaceId::public()
+        } else {
+            config_chars("tenant", tenant, MAX_TENANT_LEN)?;
+            NamespaceId::from_config_tenant(tenant)
+        };
+        Ok(Self {
+            namespace,
+            group: group.to_owned(),
+            data_id: data_id.to_owned(),
+        })
+    }
+}
+
+impl fmt::Display for ConfigKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}", self.namespace, self.group, self.data_id)
+    }
+}
+
+/// The content types Nacos knows; anything else is `text`.
+const TYPES: &[&str] = &["properties", "xml", "json", "text", "html", "yaml", "toml"];
+
+/// What a publisher sends.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfigSpec {
+    /// The content; must not be blank.
+    pub content: String,
+    /// Its type (`text` when absent or unknown).
+    pub kind: String,
+    /// Application name.
+    pub app_name: String,
+    /// Description.
+    pub desc: String,
+    /// Tags.
+    pub tags: String,
+    /// Key of encrypted content, returned verbatim.
+    pub encrypted_data_key: String,
+}
+
+/// A stored config item.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfigItem {
+    /// The content.
+    pub content: String,
+    /// Lowercase hex MD5 of the content's UTF-8 bytes.
+    pub md5: String,
+    /// Its type.
+    pub kind: String,
+    /// When it was last published, epoch ms.
+    pub last_modified: Millis,
+    /// Application name.
+    pub app_name: String,
+    /// Description.
+    pub desc: String,
+    /// Tags.
+    pub tags: String,
+    /// Key of encrypted content.
+    pub encrypted_data_key: String,
+}
+
+/// Lowercase hex MD5 of `content`'s UTF-8 bytes, as Nacos clients compute it.
+pub fn content_md5(content: &str) -> String {
+    let digest = Md5::digest(content.as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl ConfigItem {
+    pub(crate) fn build(spec: &ConfigSpec, at: Millis, max_bytes: usize) -> Result<Self, Error> {
+        if spec.content.trim().is_empty() {
+            return Err(Error::invalid("content", "must not be blank"));
+        }
+        if spec.content.len() > max_bytes {
+            return Err(Error::invalid(
+                "content",
+                format!(
+                    "{} bytes, more than the limit of {max_bytes}",
+                    spec.content.len()
+                ),
+            ));
+        }
+        let kind = if TYPES.contains(&spec.kind.as_str()) {
+            spec.kind.clone()
+        } else {
+            "text".to_owned()
+        };
+        Ok(Self {
+            md5: content_md5(&spec.content),
+            content: spec.content.clone(),
+            kind,
+            last_modified: at,
+            app_name: spec.app_name.clone(),
+            desc: spec.desc.clone(),
+            tags: spec.tags.clone(),
+            encrypted_data_key: spec.encrypted_data_key.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn md5_is_lowercase_hex_of_utf8() {
+        assert_eq!(content_md5("中文"), "a7bac2239fcdcb3a067903d8077c4a07");
+        assert_eq!(content_md5(""), "d41d8cd98f00b204e9800998ecf8427e");
+        assert_eq!(content_md5("hello"), "5d41402abc4b2a76b9719d911017c592");
+    }
+
+    #[test]
+    fn default_tenants_are_one_namespace_and_bad_names_name_their_field() {
+        for tenant in ["", "public", "PUBLIC", "null"] {
+            assert!(
+                ConfigKey::parse(tenant, "g", "d")
+                    .unwrap()
+                    .namespace
+                    .is_public(),
+                "{tenant}"
+            );
+        }
+        assert_eq!(
+            ConfigKey::parse("dev", "g", "d")
+                .unwrap()
+                .namespace
+                .as_str(),
+            "dev"
+        );
+        for (tenant, group, data_id, field) in [
+            ("", "g", "", "dataId"),
+            ("", "g", "a b", "dataId"),
+            ("", "", "d", "group"),
+            ("", "g/h", "d", "group"),
+            ("a b", "g", "d", "tenant"),
+        ] {
+            match ConfigKey::parse(tenant, group, data_id) {
+                Err(Error::Invalid { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("expected invalid {field}: {other:?}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! The config requests of the Nacos gRPC API: query, publish (with CAS),
+//! remove and batch listen. Listeners are subscriptions of the
+//! connection's config subscriber; the tenant each listener sent is kept
+//! as its variant and echoed in answers and pushes.
+
+use understudy_core::{ConfigKey, ConfigSpec, Error as CoreError, Op};
+use understudy_proto::grpc::Payload;
+use understudy_proto::nacos_rpc::{
+    seal, ConfigBatchListenRequest, ConfigChangedBody, ConfigContext, ConfigPublishRequest,
+    ConfigQueryBody, ConfigQueryRequest, Empty, Envelope, Response, CONFIG_NOT_FOUND,
+    INVALID_PARAM, SERVER_ERROR,
+};
+use understudy_proto::DecodeError;
+
+use super::conn::Conn;
+use super::naming::Failure;
+use crate::node::{Node, ProposeError};
+
+pub(crate) fn query(node: &Node, envelope: &Envelope) -> Result<Payload, Failure> {
+    let request: ConfigQueryRequest = envelope.decode()?;
+    let key = request.key()?;
+    // Tags (gray releases) are not kept: an unknown tag is "not found".
+    let item = match request.tag.as_deref() {
+        Some(tag) if !tag.trim().is_empty() => None,
+        _ => node.registry().config(&key),
+    };
+    let response = match item {
+        Some(item) => Response::ok(ConfigQueryBody {
+            content: Some(item.content.clone()),
+            encrypted_data_key: Some(item.encrypted_data_key.clone()),
+            content_type: Some(item.kind.clone()),
+            md5: Some(item.md5.clone()),
+            last_modified: item.last_modified,
+            beta: false,
+        }),
+        None => Response::failed(
+            CONFIG_NOT_FOUND,
+            "config data not exist",
+            ConfigQueryBody {
+                content: None,
+                encrypted_data_key: None,
+                content_type: None,
+                md5: None,
+                last_modified: 0,
+                beta: false,
+            },
+        ),
+    };
+    Ok(seal("ConfigQueryResponse", &response))
+}
+
+/// Publish and remove fail in their own response type, as Nacos does.
+fn own_failure(kind: &str, error: ProposeError) -> Payload {
+    let code = match &error {
+        ProposeError::Rejected(CoreError::CasMismatch { .. }) => SERVER_ERROR,
+        ProposeError::Rejected(_) => INVALID_PARAM,
+        _ => SERVER_ERROR,
+    };
+    seal(kind, &Response::failed(code, error.to_string(), Empty {}))
+}
+
+fn invalid(kind: &str, error: DecodeError) -> Payload {
+    seal(
+        kind,
+        &Response::failed(INVALID_PARAM, error.to_string(), Empty {}),
+    )
+}
+
+pub(crate) async fn publish(node: &Node, envelope: &Envelope) -> Result<Payload, Failure> {
+    const KIND: &str = "ConfigPublishResponse";
+    let request: ConfigPublishRequest = envelope.decode()?;
+    let key = match request.common.key() {
+        Ok(key) => key,
+        Err(e) => return Ok(invalid(KIND, e)),
+    };
+    if !request.addition("betaIps").trim().is_empty() || !request.addition("tag").trim().is_empty()
+    {
+        return Ok(invalid(
+            KIND,
+            DecodeError::new("additionMap", "beta and tag publishing are not supported"),
+        ));
+    }
+    let spec = ConfigSpec {
+        content: request.content.clone().unwrap_or_default(),
+        kind: request.addition("type"),
+        app_name: request.addition("appName"),
+        desc: request.addition("desc"),
+        tags: request.addition("config_tags"),
+        encrypted_data_key: request.addition("encryptedDataKey"),
+    };
+    let op = Op::PublishConfig {
+        key,
+        spec,
+        cas_md5: request.cas_md5.filter(|m| !m.trim().is_empty()),
+    };
+    Ok(match node.propose(op).await {
+        Ok(_) => seal(KIND, &Response::ok(Empty {})),
+        Err(e) => own_failure(KIND, e),
+    })
+}
+
+pub(crate) async fn remove(node: &Node, envelope: &Envelope) -> Result<Payload, Failure> {
+    const KIND: &str = "ConfigRemoveResponse";
+    let request: ConfigQueryRequest = envelope.decode()?;
+    let key = match request.key() {
+        Ok(key) => key,
+        Err(e) => return Ok(invalid(KIND, e)),
+    };
+    Ok(match node.propose(Op::RemoveConfig { key }).await {
+        Ok(_) => seal(KIND, &Response::ok(Empty {})),
+        Err(e) => own_failure(KIND, e),
+    })
+}
+
+pub(crate) fn batch_listen(
+    node: &Node,
+    conn: &Conn,
+    envelope: &Envelope,
+) -> Result<Payload, Failure> {
+    let request: ConfigBatchListenRequest = envelope.decode()?;
+    let listen = request.listen.unwrap_or(true);
+    let hub = node.state().config_hub();
+    let mut changed = Vec::new();
+    for context in request.config_listen_contexts.unwrap_or_default() {
+        let tenant = context.tenant.clone().unwrap_or_default();
+        let key = ConfigKey::parse(
+            &tenant,
+            context.group.as_deref().unwrap_or(""),
+            context.data_id.as_deref().unwrap_or(""),
+        )
+        .map_err(DecodeError::from)?;
+        if !listen {
+            hub.unsubscribe(&conn.listener, &key);
+            continue;
+        }
+        // Listen first, then compare: a change in between is either seen
+        // here or pushed.
+        hub.subscribe(&conn.listener, &key, &tenant, Vec::new());
+        conn.listener.render_now(&key, &tenant, node.now(), |_| ());
+        conn.listener.release(&key, &tenant);
+        if node.registry().config_md5(&key) != context.md5.as_deref().unwrap_or("") {
+            changed.push(ConfigContext {
+                data_id: key.data_id.clone(),
+                group: key.group.clone(),
+                tenant,
+            });
+        }
+    }
+    Ok(seal(
+        "ConfigChangeBatchListenResponse",
+        &Response::ok(ConfigChangedBody {
+            changed_configs: changed,
+        }),
+    ))
+}

@@ -1,0 +1,309 @@
+//! Nacos config HTTP API: v1 get / publish (with CAS) / delete and the
+//! long-polling listener, and the v2 endpoints with the `Result` envelope.
+//! Long polling subscribes to config changes before it compares md5s, so a
+//! change between the two answers the held request.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, UNIX_EPOCH};
+
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use tokio::sync::broadcast::error::RecvError;
+use understudy_core::{ConfigKey, ConfigSpec, Op};
+use understudy_proto::nacos::{ErrorCode, NacosResult};
+
+use super::error::ApiError;
+use super::params::Params;
+use crate::node::Node;
+
+type Input = Result<Params, ApiError>;
+
+/// Separates the fields of a listening record.
+const WORD: char = '\u{2}';
+/// Ends a listening record.
+const LINE: char = '\u{1}';
+/// Most records in one listener request, as Nacos.
+const MAX_RECORDS: usize = 10_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Api {
+    V1,
+    V2,
+}
+
+fn key(p: &Params, api: Api) -> Result<ConfigKey, ApiError> {
+    let data_id = p.required("dataId")?;
+    let group = p.required("group")?;
+    let tenant = match api {
+        Api::V1 => p.raw("tenant"),
+        Api::V2 => p.raw("namespaceId"),
+    };
+    Ok(ConfigKey::parse(tenant.unwrap_or(""), group, data_id)?)
+}
+
+fn content_type(kind: &str) -> &'static str {
+    match kind {
+        "json" => "application/json;charset=UTF-8",
+        "xml" => "application/xml;charset=UTF-8",
+        "html" => "text/html;charset=UTF-8",
+        _ => "text/plain;charset=UTF-8",
+    }
+}
+
+pub(crate) async fn get_v1(State(node): State<Node>, params: Input) -> Response {
+    let found = params
+        .and_then(|p| key(&p, Api::V1))
+        .map(|key| node.registry().config(&key));
+    match found {
+        Err(e) => e.v1(),
+        Ok(None) => (StatusCode::NOT_FOUND, "config data not exist\n").into_response(),
+        Ok(Some(item)) => {
+            let mut headers = HeaderMap::new();
+            let mut set = |name: &'static str, value: &str| {
+                if let Ok(value) = HeaderValue::from_str(value) {
+                    headers.insert(name, value);
+                }
+            };
+            set("content-type", content_type(&item.kind));
+            set("config-type", &item.kind);
+            set("content-md5", &item.md5);
+            let modified = UNIX_EPOCH + Duration::from_millis(item.last_modified);
+            set("last-modified", &httpdate::fmt_http_date(modified));
+            set("pragma", "no-cache");
+            set("expires", "Thu, 01 Jan 1970 00:00:00 GMT");
+            set("cache-control", "no-cache,no-store");
+            if !item.encrypted_data_key.is_empty() {
+                set("encrypted-data-key", &item.encrypted_data_key);
+            }
+            (headers, item.content.clone()).into_response()
+        }
+    }
+}
+
+pub(crate) async fn get_v2(State(node): State<Node>, params: Input) -> Response {
+    let found = params
+        .and_then(|p| key(&p, Api::V2))
+        .map(|key| node.registry().config(&key));
+    match found {
+        Err(e) => e.v2(),
+        Ok(None) => ApiError::not_found(ErrorCode::ResourceNotFound, "config data not exist").v2(),
+        Ok(Some(item)) => Json(NacosResult::success(item.content.clone())).into_response(),
+    }
+}
+
+async fn publish(node: &Node, p: &Params, headers: &HeaderMap, api: Api) -> Result<(), ApiError> {
+    let key = key(p, api)?;
+    let content = p
+        .raw("content")
+        .ok_or_else(|| ApiError::missing("content"))?;
+    let spec = ConfigSpec {
+        content: content.to_owned(),
+        kind: p.get("type").unwrap_or("").to_owned(),
+        app_name: p.get("appName").unwrap_or("").to_owned(),
+        desc: p.get("desc").unwrap_or("").to_owned(),
+        tags: p
+            .get_any(&["config_tags", "configTags"])
+            .unwrap_or("")
+            .to_owned(),
+        encrypted_data_key: p.get("encryptedDataKey").unwrap_or("").to_owned(),
+    };
+    if p.get("tag").is_some() || headers.get("betaIps").is_some() {
+        return Err(ApiError::invalid(
+            "tag",
+            "beta and tag publishing are not supported",
+        ));
+    }
+    let cas_md5 = headers
+        .get("casMd5")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.trim().is_empty())
+        .map(str::to_owned);
+    node.propose(Op::PublishConfig { key, spec, cas_md5 })
+        .await?;
+    Ok(())
+}
+
+async fn remove(node: &Node, p: &Params, api: Api) -> Result<(), ApiError> {
+    let key = key(p, api)?;
+    node.propose(Op::RemoveConfig { key }).await?;
+    Ok(())
+}
+
+fn v1_true(result: Result<(), ApiError>) -> Response {
+    result.map_or_else(ApiError::v1, |()| Json(true).into_response())
+}
+
+fn v2_true(result: Result<(), ApiError>) -> Response {
+    result.map_or_else(ApiError::v2, |()| {
+        Json(NacosResult::success(true)).into_response()
+    })
+}
+
+pub(crate) async fn publish_v1(
+    State(node): State<Node>,
+    headers: HeaderMap,
+    params: Input,
+) -> Response {
+    v1_true(async { publish(&node, &params?, &headers, Api::V1).await }.await)
+}
+
+pub(crate) async fn publish_v2(
+    State(node): State<Node>,
+    headers: HeaderMap,
+    params: Input,
+) -> Response {
+    v2_true(async { publish(&node, &params?, &headers, Api::V2).await }.await)
+}
+
+pub(crate) async fn remove_v1(State(node): State<Node>, params: Input) -> Response {
+    v1_true(async { remove(&node, &params?, Api::V1).await }.await)
+}
+
+pub(crate) async fn remove_v2(State(node): State<Node>, params: Input) -> Response {
+    v2_true(async { remove(&node, &params?, Api::V2).await }.await)
+}
+
+/// One record of `Listening-Configs`: the key, the tenant as the client
+/// wrote it, and the md5 it holds.
+#[derive(Debug, Clone)]
+struct Listening {
+    key: ConfigKey,
+    data_id: String,
+    group: String,
+    tenant: String,
+    md5: String,
+}
+
+fn parse_listening(raw: &str) -> Result<Vec<Listening>, ApiError> {
+    // Clients encode the value once more on top of the form encoding.
+    let decoded: String =
+        form_urlencoded::parse(format!("v={}", raw.replace('+', "%2B")).as_bytes())
+            .next()
+            .map(|(_, v)| v.into_owned())
+            .unwrap_or_default();
+    let mut records = Vec::new();
+    for line in decoded.split(LINE).filter(|l| !l.is_empty()) {
+        let fields: Vec<&str> = line.split(WORD).collect();
+        let (data_id, group, md5, tenant) = match fields.as_slice() {
+            [d, g, m] => (*d, *g, *m, ""),
+            [d, g, m, t] => (*d, *g, *m, *t),
+            _ => {
+                return Err(ApiError::invalid(
+                    "Listening-Configs",
+                    "invalid probeModify: a record must have 3 or 4 fields",
+                ))
+            }
+        };
+        let key = ConfigKey::parse(tenant, group, data_id)
+            .map_err(|e| ApiError::invalid("Listening-Configs", e.to_string()))?;
+        records.push(Listening {
+            key,
+            data_id: data_id.to_owned(),
+            group: group.to_owned(),
+            tenant: tenant.to_owned(),
+            md5: md5.to_owned(),
+        });
+        if records.len() > MAX_RECORDS {
+            return Err(ApiError::invalid(
+                "Listening-Configs",
+                format!("more than {MAX_RECORDS} records"),
+            ));
+        }
+    }
+    if records.is_empty() {
+        return Err(ApiError::invalid(
+            "Listening-Configs",
+            "invalid probeModify: no record",
+        ));
+    }
+    Ok(records)
+}
+
+fn changed<'a>(node: &Node, records: &'a [Listening]) -> Vec<&'a Listening> {
+    let registry = node.registry();
+    records
+        .iter()
+        .filter(|r| registry.config_md5(&r.key) != r.md5)
+        .collect()
+}
+
+fn answer(changed: &[&Listening]) -> Response {
+    let mut body = String::new();
+    for record in changed {
+        body.push_str(&record.data_id);
+        body.push(WORD);
+        body.push_str(&record.group);
+        if !record.tenant.is_empty() {
+            body.push(WORD);
+            body.push_str(&record.tenant);
+        }
+        body.push(LINE);
+    }
+    let encoded: String = form_urlencoded::byte_serialize(body.as_bytes()).collect();
+    let mut headers = HeaderMap::new();
+    headers.insert("pragma", HeaderValue::from_static("no-cache"));
+    headers.insert(
+        "expires",
+        HeaderValue::from_static("Thu, 01 Jan 1970 00:00:00 GMT"),
+    );
+    headers.insert(
+        "cache-control",
+        HeaderValue::from_static("no-cache,no-store"),
+    );
+    (headers, format!("{encoded}\n")).into_response()
+}
+
+/// `POST /nacos/v1/cs/configs/listener`.
+pub(crate) async fn listen(
+    State(node): State<Node>,
+    headers: HeaderMap,
+    params: Input,
+) -> Response {
+    let p = match params {
+        Ok(p) => p,
+        Err(e) => return e.v1(),
+    };
+    let records = match p.required("Listening-Configs").and_then(parse_listening) {
+        Ok(records) => records,
+        Err(e) => return e.v1(),
+    };
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    // Subscribe before comparing, so a change in between is not missed.
+    let mut changes = node.state().config_changes();
+    let now_changed = changed(&node, &records);
+    let hold = header("Long-Pulling-Timeout").and_then(|t| t.trim().parse::<u64>().ok());
+    let no_hangup = header("Long-Pulling-Timeout-No-Hangup") == Some("true");
+    let Some(hold) = hold.filter(|_| now_changed.is_empty() && !no_hangup) else {
+        return answer(&now_changed);
+    };
+    let floor = node.config().long_poll_floor;
+    let hold = Duration::from_millis(hold.saturating_sub(500)).max(floor);
+    let watched: BTreeMap<&ConfigKey, ()> = records.iter().map(|r| (&r.key, ())).collect();
+    let deadline = tokio::time::Instant::now() + hold;
+    loop {
+        let key = match tokio::time::timeout_at(deadline, changes.recv()).await {
+            Err(_) => return answer(&[]),
+            Ok(Ok(key)) => key,
+            // Missed some changes: compare everything again.
+            Ok(Err(RecvError::Lagged(_))) => {
+                let now_changed = changed(&node, &records);
+                if now_changed.is_empty() {
+                    continue;
+                }
+                return answer(&now_changed);
+            }
+            Ok(Err(RecvError::Closed)) => return answer(&[]),
+        };
+        if watched.contains_key(&key) {
+            let now_changed: Vec<&Listening> = changed(&node, &records)
+                .into_iter()
+                .filter(|r| r.key == key)
+                .collect();
+            if !now_changed.is_empty() {
+                return answer(&now_changed);
+            }
+        }
+    }
+}
