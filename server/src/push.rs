@@ -29,10 +29,13 @@ pub(crate) trait Topic:
 
 impl<T: Ord + Hash + Clone + std::fmt::Debug + Send + Sync + 'static> Topic for T {}
 
+/// The subscribers of one topic, by subscriber id.
+type Subscribers<K> = HashMap<u64, Arc<Subscriber<K>>>;
+
 /// All subscriptions, by topic.
 #[derive(Debug)]
 pub(crate) struct Hub<K: Topic> {
-    services: Mutex<HashMap<K, HashMap<u64, Arc<Subscriber<K>>>>>,
+    services: Mutex<HashMap<K, Subscribers<K>>>,
 }
 
 impl<K: Topic> Default for Hub<K> {
