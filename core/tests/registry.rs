@@ -666,3 +666,97 @@ fn namespaces_are_created_listed_and_only_deleted_when_empty() {
         ))
         .is_err());
 }
+
+fn publish(reg: &mut Registry, at: Millis, content: &str, cas: Option<&str>) -> Result<Vec<Change>, Error> {
+    reg.apply(&Command::new(
+        at,
+        Op::PublishConfig {
+            key: ConfigKey::parse("", "mapping", "com.foo.Demo").unwrap(),
+            spec: ConfigSpec {
+                content: content.to_owned(),
+                ..ConfigSpec::default()
+            },
+            cas_md5: cas.map(str::to_owned),
+        },
+    ))
+}
+
+#[test]
+fn config_cas_publishes_compare_md5s_and_a_failure_changes_nothing() {
+    let mut reg = Registry::new(RegistryOptions::default());
+    let key = ConfigKey::parse("public", "mapping", "com.foo.Demo").unwrap();
+    // A CAS publish of a missing item inserts (Dubbo sends "0" first).
+    publish(&mut reg, 1, "app1", Some("0")).unwrap();
+    assert_eq!(reg.config(&key).unwrap().md5, content_md5("app1"));
+    let revision = reg.revision();
+    assert!(matches!(publish(&mut reg, 2, "app1,app2", Some("0")), Err(Error::CasMismatch { .. })));
+    assert_eq!(reg.revision(), revision, "a failed CAS takes no revision");
+    assert_eq!(reg.config(&key).unwrap().content, "app1");
+    publish(&mut reg, 3, "app1,app2", Some(&content_md5("app1"))).unwrap();
+    assert_eq!(reg.config(&key).unwrap().content, "app1,app2");
+    assert_eq!(reg.config(&key).unwrap().last_modified, 3);
+}
+
+#[test]
+fn config_changes_say_whether_the_content_changed_and_removal_of_nothing_is_quiet() {
+    let mut reg = Registry::new(RegistryOptions::default());
+    let changed = |changes: Vec<Change>| match &changes[..] {
+        [Change { event: Event::ConfigPublished { changed, .. }, .. }] => *changed,
+        other => panic!("{other:?}"),
+    };
+    assert!(changed(publish(&mut reg, 1, "a", None).unwrap()));
+    assert!(!changed(publish(&mut reg, 2, "a", None).unwrap()));
+    assert!(changed(publish(&mut reg, 3, "b", None).unwrap()));
+    let key = ConfigKey::parse("", "mapping", "com.foo.Demo").unwrap();
+    assert_eq!(reg.apply(&Command::new(4, Op::RemoveConfig { key: key.clone() })).unwrap().len(), 1);
+    assert!(reg.apply(&Command::new(5, Op::RemoveConfig { key: key.clone() })).unwrap().is_empty());
+    assert_eq!(reg.config_md5(&key), "");
+}
+
+#[test]
+fn configs_travel_in_snapshots_and_keep_a_namespace_from_being_deleted() {
+    let mut reg = Registry::new(RegistryOptions::default());
+    let dev = NamespaceId::parse("dev").unwrap();
+    reg.apply(&Command::new(
+        0,
+        Op::CreateNamespace {
+            namespace: dev.clone(),
+            name: "dev".into(),
+            description: String::new(),
+        },
+    ))
+    .unwrap();
+    reg.apply(&Command::new(
+        0,
+        Op::PublishConfig {
+            key: ConfigKey::parse("dev", "g", "d").unwrap(),
+            spec: ConfigSpec {
+                content: "x".into(),
+                ..ConfigSpec::default()
+            },
+            cas_md5: None,
+        },
+    ))
+    .unwrap();
+    let restored = Registry::restore(reg.snapshot(), RegistryOptions::default());
+    assert_eq!(restored.config_count(&dev), 1);
+    assert!(matches!(
+        reg.apply(&Command::new(0, Op::DeleteNamespace { namespace: dev })),
+        Err(Error::NamespaceNotEmpty { .. })
+    ));
+}
+
+#[test]
+fn oversized_or_blank_config_content_is_refused() {
+    let mut reg = Registry::new(RegistryOptions {
+        limits: Limits {
+            max_config_bytes: 8,
+            ..Limits::default()
+        },
+        ..RegistryOptions::default()
+    });
+    for content in ["123456789", "   "] {
+        assert!(matches!(publish(&mut reg, 0, content, None), Err(Error::Invalid { field: "content", .. })));
+    }
+    assert_eq!(reg.revision(), 0);
+}

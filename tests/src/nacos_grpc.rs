@@ -46,6 +46,7 @@ pub struct RawClient {
     /// The id the server gave this connection.
     pub connection_id: String,
     views: Arc<Mutex<HashMap<String, Value>>>,
+    notified: Arc<Mutex<Vec<Value>>>,
     reader: tokio::task::JoinHandle<()>,
 }
 
@@ -87,11 +88,13 @@ impl RawClient {
             .await?
             .into_inner();
         let views: Arc<Mutex<HashMap<String, Value>>> = Arc::default();
+        let notified: Arc<Mutex<Vec<Value>>> = Arc::default();
         let (acked_tx, acked) = oneshot::channel();
         let reader = tokio::spawn(read(
             inbound,
             stream.clone(),
             views.clone(),
+            notified.clone(),
             pushes,
             acked_tx,
             answers,
@@ -115,6 +118,7 @@ impl RawClient {
             _stream: stream,
             connection_id,
             views,
+            notified,
             reader,
         })
     }
@@ -185,6 +189,14 @@ impl RawClient {
         Ok(())
     }
 
+    /// Every `ConfigChangeNotifyRequest` received so far.
+    pub fn config_notifications(&self) -> Vec<Value> {
+        self.notified
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// The endpoints this client currently sees for `service`.
     pub fn view(&self, service: &str) -> Option<Vec<String>> {
         let views = self.views.lock().unwrap_or_else(|p| p.into_inner());
@@ -225,6 +237,7 @@ async fn read(
     mut inbound: tonic::Streaming<Payload>,
     stream: mpsc::Sender<Payload>,
     views: Arc<Mutex<HashMap<String, Value>>>,
+    notified: Arc<Mutex<Vec<Value>>>,
     pushes: Option<mpsc::UnboundedSender<Push>>,
     acked: oneshot::Sender<()>,
     answers: Answers,
@@ -259,6 +272,13 @@ async fn read(
                 }
                 apply(&views, &key, info);
                 "NotifySubscriberResponse"
+            }
+            "ConfigChangeNotifyRequest" => {
+                notified
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(body.clone());
+                "ConfigChangeNotifyResponse"
             }
             "ClientDetectionRequest" => "ClientDetectionResponse",
             "ConnectResetRequest" => "ConnectResetResponse",

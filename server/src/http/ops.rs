@@ -395,6 +395,8 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     metrics::gauge!("understudy_instances").set(counts.instances as f64);
     metrics::gauge!("understudy_revision").set(state.node.registry().revision() as f64);
     metrics::gauge!("understudy_subscriptions").set(state.node.state().hub().len() as f64);
+    metrics::gauge!("understudy_config_listeners")
+        .set(state.node.state().config_hub().len() as f64);
     metrics::gauge!("understudy_udp_subscribers")
         .set(state.node.udp().map_or(0, |u| u.len()) as f64);
     metrics::gauge!("understudy_beat_tracked_instances")
