@@ -667,7 +667,12 @@ fn namespaces_are_created_listed_and_only_deleted_when_empty() {
         .is_err());
 }
 
-fn publish(reg: &mut Registry, at: Millis, content: &str, cas: Option<&str>) -> Result<Vec<Change>, Error> {
+fn publish(
+    reg: &mut Registry,
+    at: Millis,
+    content: &str,
+    cas: Option<&str>,
+) -> Result<Vec<Change>, Error> {
     reg.apply(&Command::new(
         at,
         Op::PublishConfig {
@@ -689,7 +694,10 @@ fn config_cas_publishes_compare_md5s_and_a_failure_changes_nothing() {
     publish(&mut reg, 1, "app1", Some("0")).unwrap();
     assert_eq!(reg.config(&key).unwrap().md5, content_md5("app1"));
     let revision = reg.revision();
-    assert!(matches!(publish(&mut reg, 2, "app1,app2", Some("0")), Err(Error::CasMismatch { .. })));
+    assert!(matches!(
+        publish(&mut reg, 2, "app1,app2", Some("0")),
+        Err(Error::CasMismatch { .. })
+    ));
     assert_eq!(reg.revision(), revision, "a failed CAS takes no revision");
     assert_eq!(reg.config(&key).unwrap().content, "app1");
     publish(&mut reg, 3, "app1,app2", Some(&content_md5("app1"))).unwrap();
@@ -701,15 +709,26 @@ fn config_cas_publishes_compare_md5s_and_a_failure_changes_nothing() {
 fn config_changes_say_whether_the_content_changed_and_removal_of_nothing_is_quiet() {
     let mut reg = Registry::new(RegistryOptions::default());
     let changed = |changes: Vec<Change>| match &changes[..] {
-        [Change { event: Event::ConfigPublished { changed, .. }, .. }] => *changed,
+        [Change {
+            event: Event::ConfigPublished { changed, .. },
+            ..
+        }] => *changed,
         other => panic!("{other:?}"),
     };
     assert!(changed(publish(&mut reg, 1, "a", None).unwrap()));
     assert!(!changed(publish(&mut reg, 2, "a", None).unwrap()));
     assert!(changed(publish(&mut reg, 3, "b", None).unwrap()));
     let key = ConfigKey::parse("", "mapping", "com.foo.Demo").unwrap();
-    assert_eq!(reg.apply(&Command::new(4, Op::RemoveConfig { key: key.clone() })).unwrap().len(), 1);
-    assert!(reg.apply(&Command::new(5, Op::RemoveConfig { key: key.clone() })).unwrap().is_empty());
+    assert_eq!(
+        reg.apply(&Command::new(4, Op::RemoveConfig { key: key.clone() }))
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(reg
+        .apply(&Command::new(5, Op::RemoveConfig { key: key.clone() }))
+        .unwrap()
+        .is_empty());
     assert_eq!(reg.config_md5(&key), "");
 }
 
@@ -756,7 +775,13 @@ fn oversized_or_blank_config_content_is_refused() {
         ..RegistryOptions::default()
     });
     for content in ["123456789", "   "] {
-        assert!(matches!(publish(&mut reg, 0, content, None), Err(Error::Invalid { field: "content", .. })));
+        assert!(matches!(
+            publish(&mut reg, 0, content, None),
+            Err(Error::Invalid {
+                field: "content",
+                ..
+            })
+        ));
     }
     assert_eq!(reg.revision(), 0);
 }

@@ -198,6 +198,17 @@ where
     }
 }
 
+/// Percent-encodes everything but unreserved characters, as a client
+/// encodes a form value.
+pub fn url_encode(raw: &str) -> String {
+    raw.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 /// A node served on an ephemeral loopback port, on real time.
 pub struct Server {
     /// Its HTTP address.

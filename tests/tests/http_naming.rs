@@ -317,7 +317,10 @@ async fn a_beat_revives_an_unhealthy_instance() {
 async fn a_full_beat_registers_an_unknown_instance_with_its_cluster() {
     let app = App::new();
     let beat = r#"{"ip":"10.0.0.7","port":9000,"cluster":"hz","weight":2.0,"metadata":{"preserved.heart.beat.interval":"1000","preserved.heart.beat.timeout":"3000","preserved.ip.delete.timeout":"6000"},"scheduled":true}"#;
-    let form = format!("serviceName=fullbeat&beat={}", encode(beat));
+    let form = format!(
+        "serviceName=fullbeat&beat={}",
+        understudy_tests::url_encode(beat)
+    );
     let reply = app
         .send(Method::PUT, &format!("{V1}/instance/beat"), Some(&form))
         .await;
@@ -902,13 +905,4 @@ async fn listed(app: &App) -> Option<u64> {
         .await
         .json()["count"]
         .as_u64()
-}
-
-fn encode(raw: &str) -> String {
-    raw.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }

@@ -172,17 +172,8 @@ fn listening(records: &[(&str, &str, &str)]) -> String {
         .map(|(d, g, m)| format!("{d}\u{2}{g}\u{2}{m}\u{1}"))
         .collect();
     // The value is encoded twice, as clients do: once here, once by the form.
-    let once: String = url_encode(&raw);
-    format!("Listening-Configs={}", url_encode(&once))
-}
-
-fn url_encode(raw: &str) -> String {
-    raw.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    let once: String = understudy_tests::url_encode(&raw);
+    format!("Listening-Configs={}", understudy_tests::url_encode(&once))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,7 +14,7 @@ use tokio::sync::broadcast::error::RecvError;
 use understudy_core::{ConfigKey, ConfigSpec, Op};
 use understudy_proto::nacos::{ErrorCode, NacosResult};
 
-use super::error::ApiError;
+use super::error::{v1_true, v2_true, ApiError};
 use super::params::Params;
 use crate::node::Node;
 
@@ -129,16 +129,6 @@ async fn remove(node: &Node, p: &Params, api: Api) -> Result<(), ApiError> {
     let key = key(p, api)?;
     node.propose(Op::RemoveConfig { key }).await?;
     Ok(())
-}
-
-fn v1_true(result: Result<(), ApiError>) -> Response {
-    result.map_or_else(ApiError::v1, |()| Json(true).into_response())
-}
-
-fn v2_true(result: Result<(), ApiError>) -> Response {
-    result.map_or_else(ApiError::v2, |()| {
-        Json(NacosResult::success(true)).into_response()
-    })
 }
 
 pub(crate) async fn publish_v1(

@@ -133,6 +133,18 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// v1's bare `true` on success.
+pub(crate) fn v1_true(result: Result<(), ApiError>) -> Response {
+    result.map_or_else(ApiError::v1, |()| Json(true).into_response())
+}
+
+/// v2's envelope around `true` on success.
+pub(crate) fn v2_true(result: Result<(), ApiError>) -> Response {
+    result.map_or_else(ApiError::v2, |()| {
+        Json(NacosResult::success(true)).into_response()
+    })
+}
+
 /// A `text/plain;charset=UTF-8` body, as Nacos v1 writes them.
 pub(crate) fn plain(text: impl Into<String>) -> Response {
     (

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use understudy_core::{NamespaceId, Op};
 use understudy_proto::nacos::{switches, ConsoleResult, LoginReply, NacosResult, NamespaceJson};
 
-use super::error::{plain, ApiError};
+use super::error::{plain, v1_true, v2_true, ApiError};
 use super::params::Params;
 use super::AppState;
 use crate::node::Node;
@@ -313,16 +313,6 @@ async fn delete_namespace(node: &Node, p: &Params) -> Result<(), ApiError> {
     let id = namespace_id(p, "namespaceId")?;
     node.propose(Op::DeleteNamespace { namespace: id }).await?;
     Ok(())
-}
-
-fn v1_true(result: Result<(), ApiError>) -> Response {
-    result.map_or_else(ApiError::v1, |()| Json(true).into_response())
-}
-
-fn v2_true(result: Result<(), ApiError>) -> Response {
-    result.map_or_else(ApiError::v2, |()| {
-        Json(NacosResult::success(true)).into_response()
-    })
 }
 
 pub(crate) async fn namespaces_post(State(node): State<Node>, params: Input) -> Response {
