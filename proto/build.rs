@@ -2,7 +2,10 @@
 //! in Rust, so no system protoc is needed.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let files = ["proto/nacos_grpc_service.proto"];
+    let files = [
+        "proto/nacos_grpc_service.proto",
+        "proto/understudy_v1.proto",
+    ];
     for file in files {
         println!("cargo:rerun-if-changed={file}");
     }

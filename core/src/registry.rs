@@ -589,9 +589,10 @@ impl Registry {
             .and_then(|services| services.get(key))
             .cloned()
             .unwrap_or_default();
-        for gone in previous.difference(&built.keys().cloned().collect()) {
-            self.remove_instance(tx, key, gone, RemovalCause::Replaced);
-        }
+        let gone: Vec<InstanceKey> = previous
+            .into_iter()
+            .filter(|k| !built.contains_key(k))
+            .collect();
 
         let service = self
             .service_mut(key)
@@ -640,6 +641,11 @@ impl Registry {
         // subscribers see a change, never a removal and re-add.
         for (old_owner, ikey) in moved_from {
             self.unindex(&old_owner, key, &ikey);
+        }
+        // Removals come after the additions, so a replacement never shows
+        // the service as empty in between.
+        for ikey in gone {
+            self.remove_instance(tx, key, &ikey, RemovalCause::Replaced);
         }
         Ok(())
     }

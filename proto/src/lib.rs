@@ -11,10 +11,13 @@
 //!   protoc);
 //! - [`nacos_rpc`]: the JSON bodies carried in that envelope, lenient on
 //!   input and strict on output.
-//! - Later: the native watch API and the raft transport.
+//! - [`native`]: understudy's own API (`understudy.v1`): watches that
+//!   never miss a change, and listings;
+//! - Later: the raft transport.
 
 pub mod nacos;
 pub mod nacos_rpc;
+mod native_conv;
 
 use thiserror::Error;
 
@@ -36,6 +39,13 @@ impl DecodeError {
             reason: reason.into(),
         }
     }
+}
+
+/// understudy's native API (`understudy.v1`): watches and listings.
+pub mod native {
+    #![allow(missing_docs, unreachable_pub)] // generated code
+    #![allow(clippy::all, clippy::pedantic)] // generated code
+    include!(concat!(env!("OUT_DIR"), "/understudy.v1.rs"));
 }
 
 /// The generated Nacos gRPC envelope: `Payload`, `Metadata` and the

@@ -177,6 +177,9 @@ pub struct Settings {
     /// Largest gRPC message, bytes [default: 10485760].
     #[arg(long, env = "UNDERSTUDY_MAX_GRPC_MESSAGE_BYTES")]
     pub max_grpc_message_bytes: Option<usize>,
+    /// Applied change batches buffered for native watchers; one that falls further behind gets a fresh snapshot [default: 1024].
+    #[arg(long, env = "UNDERSTUDY_WATCH_BUFFER")]
+    pub watch_buffer: Option<usize>,
     /// Largest config content, bytes [default: 10485760].
     #[arg(long, env = "UNDERSTUDY_MAX_CONFIG_BYTES")]
     pub max_config_bytes: Option<usize>,
@@ -226,6 +229,7 @@ impl Settings {
             connection_idle_ms,
             detection_timeout_ms,
             max_grpc_message_bytes,
+            watch_buffer,
             max_config_bytes,
             long_poll_floor_ms,
             shutdown_grace_ms,
@@ -286,6 +290,8 @@ pub struct ValidConfig {
     pub write_timeout: Duration,
     /// Push and connection settings of the gRPC API.
     pub grpc: GrpcConfig,
+    /// Change batches buffered for native watchers.
+    pub watch_buffer: usize,
     /// Shortest hold of a v1 config long poll.
     pub long_poll_floor: Duration,
     /// Shutdown grace period.
@@ -426,6 +432,7 @@ impl ValidConfig {
                 2_000,
             )?),
             grpc,
+            watch_buffer: positive("watch_buffer", s.watch_buffer, 1024)?,
             long_poll_floor: Duration::from_millis(s.long_poll_floor_ms.unwrap_or(10_000)),
             shutdown_grace: Duration::from_millis(s.shutdown_grace_ms.unwrap_or(5_000)),
         })

@@ -60,6 +60,11 @@ pub struct State {
     config_hub: crate::push::Hub<understudy_core::ConfigKey>,
     /// Every config change, for HTTP long polling.
     config_changes: tokio::sync::broadcast::Sender<understudy_core::ConfigKey>,
+    /// Every applied batch of changes, in revision order, for watches.
+    changes: tokio::sync::broadcast::Sender<Arc<[Change]>>,
+    /// Identifies this registry's history: a resume token from another
+    /// cluster, or from before an in-memory restart, does not match.
+    cluster_id: String,
 }
 
 impl State {
@@ -72,6 +77,14 @@ impl State {
             hub: crate::push::Hub::default(),
             config_hub: crate::push::Hub::default(),
             config_changes: tokio::sync::broadcast::channel(4096).0,
+            changes: tokio::sync::broadcast::channel(config.watch_buffer).0,
+            cluster_id: format!(
+                "{:x}-{:x}",
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos()),
+                std::process::id()
+            ),
         }
     }
 
@@ -80,6 +93,17 @@ impl State {
         self.registry
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Subscribes to every applied change. Subscribe before reading a
+    /// snapshot, so no change falls between the two.
+    pub(crate) fn watch_changes(&self) -> tokio::sync::broadcast::Receiver<Arc<[Change]>> {
+        self.changes.subscribe()
+    }
+
+    /// This registry's history id.
+    pub(crate) fn cluster_id(&self) -> &str {
+        &self.cluster_id
     }
 
     /// The push fan-out of services.
@@ -127,6 +151,9 @@ impl State {
         }
         drop(liveness);
         if any {
+            let batch: Arc<[Change]> = results.iter().flatten().flatten().cloned().collect();
+            // No watcher is fine.
+            let _ = self.changes.send(batch);
             self.deadlines_moved.notify_one();
             for changes in results.iter().flatten() {
                 let services: std::collections::BTreeSet<_> =

@@ -7,6 +7,7 @@
 mod config;
 mod conn;
 mod naming;
+mod native;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -103,6 +104,13 @@ pub(crate) async fn serve(
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .add_service(unary)
         .add_service(bi)
+        .add_service(
+            understudy_proto::native::registry_server::RegistryServer::new(native::NativeApi {
+                node: node.clone(),
+            })
+            .max_decoding_message_size(max)
+            .max_encoding_message_size(max),
+        )
         .serve_with_incoming_shutdown(
             tokio_stream::wrappers::ReceiverStream::new(incoming_rx),
             signal,

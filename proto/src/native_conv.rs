@@ -1,0 +1,56 @@
+//! Conversions between the core's types and the native API's messages.
+
+use understudy_core::{Instance, RemovalCause, ServiceKey};
+
+use crate::native;
+
+impl From<&ServiceKey> for native::ServiceRef {
+    fn from(key: &ServiceKey) -> Self {
+        Self {
+            namespace: key.namespace.to_string(),
+            group: key.group.to_string(),
+            name: key.name.to_string(),
+        }
+    }
+}
+
+impl From<&Instance> for native::Instance {
+    fn from(i: &Instance) -> Self {
+        Self {
+            instance_id: i.instance_id.clone(),
+            ip: i.ip.clone(),
+            port: u32::from(i.port),
+            weight: i.weight,
+            healthy: i.healthy,
+            enabled: i.enabled,
+            ephemeral: i.kind.is_ephemeral(),
+            cluster: i.cluster.to_string(),
+            zone: i.zone.clone(),
+            metadata: i
+                .metadata
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        }
+    }
+}
+
+impl From<RemovalCause> for native::RemovalCause {
+    fn from(cause: RemovalCause) -> Self {
+        match cause {
+            RemovalCause::Deregistered => native::RemovalCause::Deregistered,
+            RemovalCause::Expired => native::RemovalCause::Expired,
+            RemovalCause::OwnerLost => native::RemovalCause::OwnerLost,
+            RemovalCause::ConnectionClosed => native::RemovalCause::ConnectionClosed,
+            RemovalCause::Replaced => native::RemovalCause::Replaced,
+        }
+    }
+}
+
+impl TryFrom<&native::ServiceRef> for ServiceKey {
+    type Error = crate::DecodeError;
+
+    fn try_from(service: &native::ServiceRef) -> Result<Self, Self::Error> {
+        ServiceKey::parse(&service.namespace, &service.group, &service.name).map_err(Into::into)
+    }
+}

@@ -1,0 +1,406 @@
+//! understudy's native API on the gRPC port: watches that never miss,
+//! reorder or duplicate a change, and listings.
+//!
+//! A watch subscribes to the stream of applied changes first, then reads
+//! its starting point under the registry's lock: a snapshot at revision R
+//! (or, on resume, the logged changes after the token), then forwards
+//! every later change with revision > R that concerns it. A watcher that
+//! falls behind the bounded buffer gets a fresh snapshot, never a gap.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use understudy_core::{
+    Change, Event, GroupName, NamespaceId, Registry, Service, ServiceKey, ServiceName,
+};
+use understudy_proto::native::registry_server::Registry as RegistryApi;
+use understudy_proto::native::{
+    self, change, watch_event, GetServiceRequest, GetServiceResponse, ListNamespacesRequest,
+    ListNamespacesResponse, ListServicesRequest, ListServicesResponse, ResetReason, ResumeToken,
+    WatchEvent, WatchRequest,
+};
+
+use crate::node::Node;
+
+/// Largest `Reset` message: large snapshots stream in pieces, so neither
+/// side holds one huge message and clients' default 4 MiB limit holds.
+const RESET_CHUNK_BYTES: usize = 1 << 20;
+/// Events buffered per watcher before its forwarder waits.
+const WATCHER_BUFFER: usize = 32;
+
+pub(crate) struct NativeApi {
+    pub(crate) node: Node,
+}
+
+/// What a watch covers.
+#[derive(Debug, Clone)]
+struct Scope {
+    namespace: NamespaceId,
+    group: Option<GroupName>,
+    service: Option<ServiceName>,
+}
+
+impl Scope {
+    fn parse(request: &WatchRequest) -> Result<Self, tonic::Status> {
+        let invalid = |e: understudy_core::Error| tonic::Status::invalid_argument(e.to_string());
+        let namespace = NamespaceId::parse(&request.namespace).map_err(invalid)?;
+        let group = match request.group.trim() {
+            "" if request.service.is_empty() => None,
+            raw => Some(GroupName::parse(raw).map_err(invalid)?),
+        };
+        let service = match request.service.as_str() {
+            "" => None,
+            raw => Some(ServiceName::parse(raw).map_err(invalid)?),
+        };
+        Ok(Self {
+            namespace,
+            group,
+            service,
+        })
+    }
+
+    fn single(&self) -> Option<ServiceKey> {
+        let name = self.service.clone()?;
+        Some(ServiceKey::new(
+            self.namespace.clone(),
+            self.group.clone().unwrap_or_else(GroupName::default_group),
+            name,
+        ))
+    }
+
+    fn covers(&self, key: &ServiceKey) -> bool {
+        key.namespace == self.namespace
+            && self.group.as_ref().is_none_or(|g| *g == key.group)
+            && self.service.as_ref().is_none_or(|s| *s == key.name)
+    }
+
+    fn services(&self, registry: &Registry) -> Vec<Arc<Service>> {
+        match self.single() {
+            Some(key) => registry.service(&key).into_iter().collect(),
+            None => registry
+                .services(&self.namespace, self.group.as_ref())
+                .cloned()
+                .collect(),
+        }
+    }
+}
+
+fn token(node: &Node, revision: u64) -> ResumeToken {
+    ResumeToken {
+        cluster_id: node.state().cluster_id().to_owned(),
+        revision,
+    }
+}
+
+/// Tracks instance counts so a removal can say it emptied its service.
+#[derive(Debug, Default)]
+struct Counts(HashMap<ServiceKey, usize>);
+
+impl Counts {
+    fn from_services(services: &[Arc<Service>]) -> Self {
+        Self(
+            services
+                .iter()
+                .map(|s| (s.key().clone(), s.instances().len()))
+                .collect(),
+        )
+    }
+
+    /// Renders a change, updating the counts; `None` for changes the
+    /// native API does not show (service metadata, namespaces, configs).
+    fn render(&mut self, change: &Change) -> Option<native::Change> {
+        let (service, kind) = match &change.event {
+            Event::InstanceAdded { service, instance } => {
+                *self.0.entry(service.clone()).or_default() += 1;
+                (
+                    service,
+                    change::Kind::Upsert(native::Instance::from(&**instance)),
+                )
+            }
+            Event::InstanceChanged { service, instance } => (
+                service,
+                change::Kind::Upsert(native::Instance::from(&**instance)),
+            ),
+            Event::InstanceRemoved {
+                service,
+                instance,
+                cause,
+            } => {
+                let count = self.0.entry(service.clone()).or_default();
+                *count = count.saturating_sub(1);
+                (
+                    service,
+                    change::Kind::Removed(native::InstanceRemoved {
+                        instance: Some(native::Instance::from(&**instance)),
+                        cause: native::RemovalCause::from(*cause).into(),
+                        emptied: *count == 0,
+                    }),
+                )
+            }
+            Event::ServiceCreated { service, .. } => {
+                self.0.insert(service.clone(), 0);
+                (service, change::Kind::Created(true))
+            }
+            Event::ServiceRemoved { service } => {
+                self.0.remove(service);
+                (service, change::Kind::DoesNotExist(true))
+            }
+            _ => return None,
+        };
+        Some(native::Change {
+            service: Some(native::ServiceRef::from(service)),
+            kind: Some(kind),
+        })
+    }
+
+    /// Walks the counts back over changes already applied, so a resumed
+    /// watch counts as of its token.
+    fn unapply(&mut self, change: &Change) {
+        match &change.event {
+            Event::InstanceAdded { service, .. } => {
+                let count = self.0.entry(service.clone()).or_default();
+                *count = count.saturating_sub(1);
+            }
+            Event::InstanceRemoved { service, .. } => {
+                *self.0.entry(service.clone()).or_default() += 1
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A snapshot as a sequence of `Reset` messages.
+fn reset(
+    node: &Node,
+    scope: &Scope,
+    registry: &Registry,
+    reason: ResetReason,
+) -> (Vec<WatchEvent>, Counts) {
+    let services = scope.services(registry);
+    let revision = registry.revision();
+    let exists = scope.single().is_none() || !services.is_empty();
+    let states: Vec<native::ServiceState> = services
+        .iter()
+        .map(|s| native::ServiceState {
+            service: Some(native::ServiceRef::from(s.key())),
+            instances: s.instances().map(native::Instance::from).collect(),
+        })
+        .collect();
+    let mut chunks: Vec<Vec<native::ServiceState>> = vec![Vec::new()];
+    let mut size = 0;
+    for state in states {
+        let len = prost::Message::encoded_len(&state);
+        if size + len > RESET_CHUNK_BYTES && !chunks.last().is_some_and(Vec::is_empty) {
+            chunks.push(Vec::new());
+            size = 0;
+        }
+        size += len;
+        chunks.last_mut().expect("never empty").push(state);
+    }
+    let last = chunks.len() - 1;
+    let events = chunks
+        .into_iter()
+        .enumerate()
+        .map(|(i, services)| WatchEvent {
+            token: Some(token(node, revision)),
+            event: Some(watch_event::Event::Reset(native::Reset {
+                services,
+                reason: reason.into(),
+                exists,
+                last: i == last,
+            })),
+        })
+        .collect();
+    (events, Counts::from_services(&services))
+}
+
+/// Where a watch starts: its first events, the revision they bring it to,
+/// and the instance counts as of that revision.
+fn start(
+    node: &Node,
+    scope: &Scope,
+    resume: Option<&ResumeToken>,
+) -> (Vec<WatchEvent>, u64, Counts) {
+    let registry = node.registry();
+    let revision = registry.revision();
+    let resumable = resume.filter(|t| t.cluster_id == node.state().cluster_id());
+    let Some(resume) = resumable else {
+        let reason = if resume.is_some() {
+            ResetReason::HistoryUnavailable
+        } else {
+            ResetReason::Initial
+        };
+        let (events, counts) = reset(node, scope, &registry, reason);
+        return (events, revision, counts);
+    };
+    let Ok(logged) = registry.changes_since(resume.revision) else {
+        let (events, counts) = reset(node, scope, &registry, ResetReason::HistoryUnavailable);
+        return (events, revision, counts);
+    };
+    let missed: Vec<&Change> = logged
+        .filter(|c| c.event.service().is_some_and(|k| scope.covers(k)))
+        .collect();
+    let mut counts = Counts::from_services(&scope.services(&registry));
+    for change in missed.iter().rev() {
+        counts.unapply(change);
+    }
+    let events = missed
+        .into_iter()
+        .filter_map(|c| {
+            counts.render(c).map(|change| WatchEvent {
+                token: Some(token(node, c.revision)),
+                event: Some(watch_event::Event::Change(change)),
+            })
+        })
+        .collect();
+    (events, revision, counts)
+}
+
+#[tonic::async_trait]
+impl RegistryApi for NativeApi {
+    type WatchStream = ReceiverStream<Result<WatchEvent, tonic::Status>>;
+
+    async fn watch(
+        &self,
+        request: tonic::Request<WatchRequest>,
+    ) -> Result<tonic::Response<Self::WatchStream>, tonic::Status> {
+        let request = request.into_inner();
+        let scope = Scope::parse(&request)?;
+        let node = self.node.clone();
+        // Subscribe first, then read the starting point.
+        let mut changes = node.state().watch_changes();
+        let (first, mut revision, mut counts) = start(&node, &scope, request.resume.as_ref());
+        let (tx, rx) = mpsc::channel(WATCHER_BUFFER);
+        metrics::gauge!("understudy_watches").increment(1.0);
+        tokio::spawn(async move {
+            let forward = async {
+                for event in first {
+                    tx.send(Ok(event)).await.map_err(|_| ())?;
+                }
+                loop {
+                    let received = tokio::select! {
+                        received = changes.recv() => received,
+                        // The watcher went away.
+                        () = tx.closed() => return Err(()),
+                    };
+                    match received {
+                        Ok(batch) => {
+                            let after = revision;
+                            for change in batch.iter().filter(|c| c.revision > after) {
+                                revision = change.revision;
+                                if !change.event.service().is_some_and(|k| scope.covers(k)) {
+                                    continue;
+                                }
+                                if let Some(rendered) = counts.render(change) {
+                                    let event = WatchEvent {
+                                        token: Some(token(&node, change.revision)),
+                                        event: Some(watch_event::Event::Change(rendered)),
+                                    };
+                                    tx.send(Ok(event)).await.map_err(|_| ())?;
+                                }
+                            }
+                        }
+                        Err(RecvError::Lagged(_)) => {
+                            // Too far behind to replay: start over from a snapshot.
+                            metrics::counter!("understudy_watch_resets_total", "reason" => "fell_behind").increment(1);
+                            let (events, now) = {
+                                let registry = node.registry();
+                                let (events, fresh) =
+                                    reset(&node, &scope, &registry, ResetReason::FellBehind);
+                                counts = fresh;
+                                (events, registry.revision())
+                            };
+                            revision = now;
+                            for event in events {
+                                tx.send(Ok(event)).await.map_err(|_| ())?;
+                            }
+                        }
+                        Err(RecvError::Closed) => return Err(()),
+                    }
+                }
+            };
+            let _: Result<(), ()> = forward.await;
+            metrics::gauge!("understudy_watches").decrement(1.0);
+        });
+        Ok(tonic::Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn list_namespaces(
+        &self,
+        _: tonic::Request<ListNamespacesRequest>,
+    ) -> Result<tonic::Response<ListNamespacesResponse>, tonic::Status> {
+        let namespaces = self
+            .node
+            .registry()
+            .namespaces()
+            .into_iter()
+            .map(|n| native::NamespaceInfo {
+                id: n.id.to_string(),
+                name: n.info.name,
+                description: n.info.description,
+                services: n.services as u64,
+            })
+            .collect();
+        Ok(tonic::Response::new(ListNamespacesResponse { namespaces }))
+    }
+
+    async fn list_services(
+        &self,
+        request: tonic::Request<ListServicesRequest>,
+    ) -> Result<tonic::Response<ListServicesResponse>, tonic::Status> {
+        let request = request.into_inner();
+        let invalid = |e: understudy_core::Error| tonic::Status::invalid_argument(e.to_string());
+        let namespace = NamespaceId::parse(&request.namespace).map_err(invalid)?;
+        let group = match request.group.trim() {
+            "" => None,
+            raw => Some(GroupName::parse(raw).map_err(invalid)?),
+        };
+        let registry = self.node.registry();
+        let services = registry
+            .services(&namespace, group.as_ref())
+            .map(|s| native::ServiceRef::from(s.key()))
+            .collect();
+        Ok(tonic::Response::new(ListServicesResponse {
+            services,
+            revision: registry.revision(),
+        }))
+    }
+
+    async fn get_service(
+        &self,
+        request: tonic::Request<GetServiceRequest>,
+    ) -> Result<tonic::Response<GetServiceResponse>, tonic::Status> {
+        let request = request.into_inner();
+        let service = request
+            .service
+            .ok_or_else(|| tonic::Status::invalid_argument("invalid service: is required"))?;
+        let key = ServiceKey::try_from(&service)
+            .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
+        let registry = self.node.registry();
+        let revision = registry.revision();
+        let response = match registry.service(&key) {
+            None => GetServiceResponse {
+                exists: false,
+                revision,
+                ..GetServiceResponse::default()
+            },
+            Some(service) => GetServiceResponse {
+                exists: true,
+                instances: service.instances().map(native::Instance::from).collect(),
+                zones: service
+                    .zones()
+                    .into_iter()
+                    .map(|(zone, instances)| native::Zone {
+                        name: zone.to_owned(),
+                        instances: instances.into_iter().map(native::Instance::from).collect(),
+                    })
+                    .collect(),
+                revision,
+            },
+        };
+        Ok(tonic::Response::new(response))
+    }
+}
