@@ -201,3 +201,77 @@ pub async fn push(grpc: SocketAddr, subscribers: usize, changes: usize) -> anyho
     r.ops_per_sec = (changes * subscribers) as f64 / elapsed.as_secs_f64().max(1e-9);
     Ok(r)
 }
+
+/// `watchers` native watches of one service; a provider changes it
+/// `changes` times, one at a time. Latency is from the change being sent
+/// to each watcher receiving it.
+pub async fn watch_fanout(
+    grpc: SocketAddr,
+    watchers: usize,
+    changes: usize,
+) -> anyhow::Result<Report> {
+    use tokio_stream::StreamExt as _;
+    use understudy_proto::native::registry_client::RegistryClient;
+    use understudy_proto::native::{change, watch_event, WatchRequest};
+
+    let (tx, mut rx) = mpsc::unbounded_channel::<(u32, tokio::time::Instant)>();
+    let mut tasks = Vec::with_capacity(watchers);
+    for _ in 0..watchers {
+        let mut client = RegistryClient::connect(format!("http://{grpc}")).await?;
+        let request = WatchRequest {
+            namespace: String::new(),
+            group: String::new(),
+            service: "fanned".to_owned(),
+            resume: None,
+        };
+        let mut stream = client.watch(request).await?.into_inner();
+        // The snapshot first, so the watch is installed before any change.
+        stream
+            .next()
+            .await
+            .ok_or_else(|| anyhow::anyhow!("no snapshot"))??;
+        let tx = tx.clone();
+        tasks.push(tokio::spawn(async move {
+            while let Some(Ok(event)) = stream.next().await {
+                if let Some(watch_event::Event::Change(c)) = event.event {
+                    if let Some(change::Kind::Upsert(instance)) = c.kind {
+                        let _ = tx.send((instance.port, tokio::time::Instant::now()));
+                    }
+                }
+            }
+        }));
+    }
+    let provider = RawClient::connect(grpc, None).await?;
+    let mut h = histogram();
+    let started = Instant::now();
+    for n in 0..changes {
+        let port = 20_000 + u16::try_from(n % 40_000).unwrap_or(0);
+        let sent = tokio::time::Instant::now();
+        provider.register("fanned", "10.7.0.1", port).await?;
+        let mut reached = 0;
+        let deadline = sent + Duration::from_secs(30);
+        while reached < watchers {
+            let (got, at) = tokio::time::timeout_at(deadline, rx.recv())
+                .await
+                .map_err(|_| {
+                    anyhow::anyhow!("only {reached} of {watchers} watchers got change {n}")
+                })?
+                .ok_or_else(|| anyhow::anyhow!("watch channel closed"))?;
+            if got == u32::from(port) {
+                reached += 1;
+                h.record(micros(at.saturating_duration_since(sent)))?;
+            }
+        }
+    }
+    let elapsed = started.elapsed();
+    for task in tasks {
+        task.abort();
+    }
+    let mut r = report(
+        format!("native watch fan-out to {watchers} watchers"),
+        &h,
+        elapsed,
+    );
+    r.ops_per_sec = (changes * watchers) as f64 / elapsed.as_secs_f64().max(1e-9);
+    Ok(r)
+}

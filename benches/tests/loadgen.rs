@@ -17,6 +17,8 @@ async fn the_load_generator_drives_register_query_and_push() -> anyhow::Result<(
     assert!(query.ops > 0, "{query}");
     let push = loadgen::push(server.grpc, 20, 3).await?;
     assert_eq!(push.ops, 60, "every subscriber gets every change: {push}");
+    let fanout = loadgen::watch_fanout(server.grpc, 10, 3).await?;
+    assert_eq!(fanout.ops, 30, "every watcher gets every change: {fanout}");
     server.stop().await?;
     Ok(())
 }
