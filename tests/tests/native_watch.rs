@@ -279,3 +279,98 @@ async fn a_watcher_that_falls_behind_is_reset_and_writers_are_not_held_up() -> a
     server.stop().await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_view_of_10000_services_streams_in_bounded_pieces() -> anyhow::Result<()> {
+    use understudy_proto::native::{
+        session_request, Hello, InstanceSpec, Register, ServiceRef, SessionRequest,
+    };
+    let server = Server::start(Settings::default()).await?;
+    let mut client = registry(&server).await?;
+    // Register 10,000 services over one native session, pipelined.
+    let (tx, outgoing) = tokio::sync::mpsc::channel(1024);
+    let mut answers = client
+        .session(tokio_stream::wrappers::ReceiverStream::new(outgoing))
+        .await?
+        .into_inner();
+    tx.send(SessionRequest {
+        request_id: 0,
+        kind: Some(session_request::Kind::Hello(Hello::default())),
+    })
+    .await?;
+    const SERVICES: u64 = 10_000;
+    let sender = tokio::spawn(async move {
+        for i in 1..=SERVICES {
+            let register = Register {
+                service: Some(ServiceRef {
+                    namespace: "big".into(),
+                    group: String::new(),
+                    name: format!("svc-{i:05}"),
+                }),
+                instances: vec![InstanceSpec {
+                    ip: "10.1.0.1".into(),
+                    port: 8080,
+                    ..InstanceSpec::default()
+                }],
+            };
+            let request = SessionRequest {
+                request_id: i,
+                kind: Some(session_request::Kind::Register(register)),
+            };
+            if tx.send(request).await.is_err() {
+                break;
+            }
+        }
+        tx
+    });
+    let mut acked = 0;
+    while acked < SERVICES {
+        let answer = tokio::time::timeout(Duration::from_secs(60), answers.next())
+            .await?
+            .expect("open")?;
+        if answer.request_id > 0 {
+            assert!(
+                matches!(
+                    answer.kind,
+                    Some(understudy_proto::native::session_response::Kind::Ack(_))
+                ),
+                "{answer:?}"
+            );
+            acked += 1;
+        }
+    }
+    let _keep_session_open = sender.await?;
+
+    let view = WatchRequest {
+        namespace: "big".into(),
+        group: String::new(),
+        service: String::new(),
+        resume: None,
+    };
+    let mut stream = client.watch(view).await?.into_inner();
+    let mut services = 0;
+    let mut messages = 0;
+    loop {
+        let event = next(&mut stream).await;
+        let Some(watch_event::Event::Reset(reset)) = event.event else {
+            panic!("expected the snapshot");
+        };
+        messages += 1;
+        assert!(
+            prost_len(&reset) <= 1 << 20,
+            "a snapshot piece is over 1 MiB"
+        );
+        services += reset.services.len();
+        if reset.last {
+            break;
+        }
+    }
+    assert_eq!(services, SERVICES as usize);
+    assert!(messages > 1, "10,000 services came in one message");
+    server.stop().await?;
+    Ok(())
+}
+
+fn prost_len(reset: &understudy_proto::native::Reset) -> usize {
+    prost::Message::encoded_len(reset)
+}

@@ -49,6 +49,12 @@ async fn main() -> anyhow::Result<()> {
         "{}",
         loadgen::push(grpc, args.subscribers, args.changes).await?
     );
+    for watchers in [1, 100, 1000] {
+        println!(
+            "{}",
+            loadgen::watch_fanout(grpc, watchers, args.changes).await?
+        );
+    }
     if let Some(server) = server {
         server.stop().await?;
     }

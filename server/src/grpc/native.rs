@@ -173,73 +173,98 @@ impl Counts {
     }
 }
 
-/// A snapshot as a sequence of `Reset` messages.
-fn reset(
-    node: &Node,
-    scope: &Scope,
-    registry: &Registry,
+type Outbox = mpsc::Sender<Result<WatchEvent, tonic::Status>>;
+
+/// A snapshot to send: the services (shared, not copied) at a revision.
+/// It is rendered into `Reset` messages one chunk at a time while
+/// sending, so a view of many services streams in bounded memory.
+struct Snapshot {
+    services: Vec<Arc<Service>>,
+    revision: u64,
     reason: ResetReason,
-) -> (Vec<WatchEvent>, Counts) {
-    let services = scope.services(registry);
-    let revision = registry.revision();
-    let exists = scope.single().is_none() || !services.is_empty();
-    let states: Vec<native::ServiceState> = services
-        .iter()
-        .map(|s| native::ServiceState {
-            service: Some(native::ServiceRef::from(s.key())),
-            instances: s.instances().map(native::Instance::from).collect(),
-        })
-        .collect();
-    let mut chunks: Vec<Vec<native::ServiceState>> = vec![Vec::new()];
-    let mut size = 0;
-    for state in states {
-        let len = prost::Message::encoded_len(&state);
-        if size + len > RESET_CHUNK_BYTES && !chunks.last().is_some_and(Vec::is_empty) {
-            chunks.push(Vec::new());
-            size = 0;
-        }
-        size += len;
-        chunks.last_mut().expect("never empty").push(state);
-    }
-    let last = chunks.len() - 1;
-    let events = chunks
-        .into_iter()
-        .enumerate()
-        .map(|(i, services)| WatchEvent {
-            token: Some(token(node, revision)),
-            event: Some(watch_event::Event::Reset(native::Reset {
-                services,
-                reason: reason.into(),
-                exists,
-                last: i == last,
-            })),
-        })
-        .collect();
-    (events, Counts::from_services(&services))
+    exists: bool,
 }
 
-/// Where a watch starts: its first events, the revision they bring it to,
-/// and the instance counts as of that revision.
-fn start(
-    node: &Node,
-    scope: &Scope,
-    resume: Option<&ResumeToken>,
-) -> (Vec<WatchEvent>, u64, Counts) {
+impl Snapshot {
+    async fn send(self, node: &Node, tx: &Outbox) -> Result<(), ()> {
+        let reset = |services, last| WatchEvent {
+            token: Some(token(node, self.revision)),
+            event: Some(watch_event::Event::Reset(native::Reset {
+                services,
+                reason: self.reason.into(),
+                exists: self.exists,
+                last,
+            })),
+        };
+        let mut chunk: Vec<native::ServiceState> = Vec::new();
+        let mut size = 0;
+        for service in &self.services {
+            let state = native::ServiceState {
+                service: Some(native::ServiceRef::from(service.key())),
+                instances: service.instances().map(native::Instance::from).collect(),
+            };
+            // The state as a field of the Reset: tag, length, body.
+            let body = prost::Message::encoded_len(&state);
+            let len = 1 + prost::length_delimiter_len(body) + body;
+            // Leave room for the Reset's other fields.
+            if size + len > RESET_CHUNK_BYTES - 64 && !chunk.is_empty() {
+                tx.send(Ok(reset(std::mem::take(&mut chunk), false)))
+                    .await
+                    .map_err(|_| ())?;
+                size = 0;
+            }
+            size += len;
+            chunk.push(state);
+        }
+        tx.send(Ok(reset(chunk, true))).await.map_err(|_| ())
+    }
+}
+
+/// A snapshot of what `scope` covers, and the instance counts with it.
+fn reset(scope: &Scope, registry: &Registry, reason: ResetReason) -> (Snapshot, Counts) {
+    let services = scope.services(registry);
+    let counts = Counts::from_services(&services);
+    let exists = scope.single().is_none() || !services.is_empty();
+    let snapshot = Snapshot {
+        services,
+        revision: registry.revision(),
+        reason,
+        exists,
+    };
+    (snapshot, counts)
+}
+
+/// Where a watch starts: a snapshot or the changes missed since a resume
+/// token, the revision that brings it to, and the counts as of then.
+struct Start {
+    snapshot: Option<Snapshot>,
+    missed: Vec<WatchEvent>,
+    revision: u64,
+    counts: Counts,
+}
+
+fn start(node: &Node, scope: &Scope, resume: Option<&ResumeToken>) -> Start {
     let registry = node.registry();
     let revision = registry.revision();
+    let from_snapshot = |reason| {
+        let (snapshot, counts) = reset(scope, &registry, reason);
+        Start {
+            snapshot: Some(snapshot),
+            missed: Vec::new(),
+            revision,
+            counts,
+        }
+    };
     let resumable = resume.filter(|t| t.cluster_id == node.state().cluster_id());
     let Some(resume) = resumable else {
-        let reason = if resume.is_some() {
+        return from_snapshot(if resume.is_some() {
             ResetReason::HistoryUnavailable
         } else {
             ResetReason::Initial
-        };
-        let (events, counts) = reset(node, scope, &registry, reason);
-        return (events, revision, counts);
+        });
     };
     let Ok(logged) = registry.changes_since(resume.revision) else {
-        let (events, counts) = reset(node, scope, &registry, ResetReason::HistoryUnavailable);
-        return (events, revision, counts);
+        return from_snapshot(ResetReason::HistoryUnavailable);
     };
     let missed: Vec<&Change> = logged
         .filter(|c| c.event.service().is_some_and(|k| scope.covers(k)))
@@ -248,7 +273,7 @@ fn start(
     for change in missed.iter().rev() {
         counts.unapply(change);
     }
-    let events = missed
+    let missed = missed
         .into_iter()
         .filter_map(|c| {
             counts.render(c).map(|change| WatchEvent {
@@ -257,7 +282,12 @@ fn start(
             })
         })
         .collect();
-    (events, revision, counts)
+    Start {
+        snapshot: None,
+        missed,
+        revision,
+        counts,
+    }
 }
 
 #[tonic::async_trait]
@@ -287,12 +317,20 @@ impl RegistryApi for NativeApi {
         let node = self.node.clone();
         // Subscribe first, then read the starting point.
         let mut changes = node.state().watch_changes();
-        let (first, mut revision, mut counts) = start(&node, &scope, request.resume.as_ref());
+        let Start {
+            snapshot,
+            missed,
+            mut revision,
+            mut counts,
+        } = start(&node, &scope, request.resume.as_ref());
         let (tx, rx) = mpsc::channel(WATCHER_BUFFER);
         metrics::gauge!("understudy_watches").increment(1.0);
         tokio::spawn(async move {
             let forward = async {
-                for event in first {
+                if let Some(snapshot) = snapshot {
+                    snapshot.send(&node, &tx).await?;
+                }
+                for event in missed {
                     tx.send(Ok(event)).await.map_err(|_| ())?;
                 }
                 loop {
@@ -321,17 +359,15 @@ impl RegistryApi for NativeApi {
                         Err(RecvError::Lagged(_)) => {
                             // Too far behind to replay: start over from a snapshot.
                             metrics::counter!("understudy_watch_resets_total", "reason" => "fell_behind").increment(1);
-                            let (events, now) = {
+                            let snapshot = {
                                 let registry = node.registry();
-                                let (events, fresh) =
-                                    reset(&node, &scope, &registry, ResetReason::FellBehind);
+                                let (snapshot, fresh) =
+                                    reset(&scope, &registry, ResetReason::FellBehind);
                                 counts = fresh;
-                                (events, registry.revision())
+                                snapshot
                             };
-                            revision = now;
-                            for event in events {
-                                tx.send(Ok(event)).await.map_err(|_| ())?;
-                            }
+                            revision = snapshot.revision;
+                            snapshot.send(&node, &tx).await?;
                         }
                         Err(RecvError::Closed) => return Err(()),
                     }
