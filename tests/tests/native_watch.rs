@@ -374,3 +374,99 @@ async fn a_namespace_view_of_10000_services_streams_in_bounded_pieces() -> anyho
 fn prost_len(reset: &understudy_proto::native::Reset) -> usize {
     prost::Message::encoded_len(reset)
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listings_show_namespaces_groups_services_and_zones() -> anyhow::Result<()> {
+    use understudy_proto::native::{
+        GetServiceRequest, ListGroupsRequest, ListNamespacesRequest, ListServicesRequest,
+        ServiceRef,
+    };
+    let server = Server::start(Settings::default()).await?;
+    let mut client = registry(&server).await?;
+    let http = reqwest::Client::new();
+    for (service, group, ip, zone) in [
+        ("a", "g1", "10.0.0.1", "hz"),
+        ("a", "g1", "10.0.0.2", "sh"),
+        ("b", "g2", "10.0.0.3", "hz"),
+    ] {
+        http.post(server.url("/nacos/v1/ns/instance"))
+            .form(&[
+                ("serviceName", service),
+                ("groupName", group),
+                ("ip", ip),
+                ("port", "80"),
+                ("namespaceId", "dev"),
+                ("metadata", &format!("zone={zone}")),
+            ])
+            .send()
+            .await?
+            .error_for_status()?;
+    }
+    let namespaces = client
+        .list_namespaces(ListNamespacesRequest {})
+        .await?
+        .into_inner()
+        .namespaces;
+    assert!(
+        namespaces.iter().any(|n| n.id == "dev" && n.services == 2),
+        "{namespaces:?}"
+    );
+    let groups = client
+        .list_groups(ListGroupsRequest {
+            namespace: "dev".into(),
+        })
+        .await?
+        .into_inner()
+        .groups;
+    assert_eq!(groups, vec!["g1", "g2"]);
+    let services = client
+        .list_services(ListServicesRequest {
+            namespace: "dev".into(),
+            group: "g1".into(),
+        })
+        .await?
+        .into_inner()
+        .services;
+    assert_eq!(
+        services.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
+        vec!["a"]
+    );
+    let service = client
+        .get_service(GetServiceRequest {
+            service: Some(ServiceRef {
+                namespace: "dev".into(),
+                group: "g1".into(),
+                name: "a".into(),
+            }),
+        })
+        .await?
+        .into_inner();
+    assert!(service.exists);
+    let zones: Vec<(String, usize)> = service
+        .zones
+        .iter()
+        .map(|z| (z.name.clone(), z.instances.len()))
+        .collect();
+    assert_eq!(zones, vec![("hz".to_owned(), 1), ("sh".to_owned(), 1)]);
+    let missing = client
+        .get_service(GetServiceRequest {
+            service: Some(ServiceRef {
+                namespace: "dev".into(),
+                group: "g1".into(),
+                name: "zzz".into(),
+            }),
+        })
+        .await?
+        .into_inner();
+    assert!(!missing.exists);
+    let bad = client
+        .list_groups(ListGroupsRequest {
+            namespace: "bad ns!".into(),
+        })
+        .await;
+    assert!(
+        matches!(bad, Err(status) if status.code() == tonic::Code::InvalidArgument && status.message().contains("namespaceId"))
+    );
+    server.stop().await?;
+    Ok(())
+}

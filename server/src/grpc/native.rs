@@ -398,6 +398,22 @@ impl RegistryApi for NativeApi {
         Ok(tonic::Response::new(ListNamespacesResponse { namespaces }))
     }
 
+    async fn list_groups(
+        &self,
+        request: tonic::Request<native::ListGroupsRequest>,
+    ) -> Result<tonic::Response<native::ListGroupsResponse>, tonic::Status> {
+        let namespace = NamespaceId::parse(&request.into_inner().namespace)
+            .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
+        let mut groups: Vec<String> = self
+            .node
+            .registry()
+            .services(&namespace, None)
+            .map(|s| s.key().group.to_string())
+            .collect();
+        groups.dedup();
+        Ok(tonic::Response::new(native::ListGroupsResponse { groups }))
+    }
+
     async fn list_services(
         &self,
         request: tonic::Request<ListServicesRequest>,
