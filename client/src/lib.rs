@@ -1,16 +1,26 @@
 //! understudy-client: the consumer side of a multi-DC deployment.
 //!
-//! Component map (filled by later work, see DESIGN "Client"):
-//! - session: server endpoints preferring the local DC, failover, backoff,
-//!   re-registration and watch resume after reconnect;
-//! - directory: the live instance list of one service, one writer and many
-//!   cheap `Arc` readers, with empty-push protection;
-//! - cluster layer: routers -> load balancers -> cluster strategies ->
-//!   the caller's own async call, with per-instance stats, circuit
-//!   breaking and limits.
+//! Component map:
+//! - [`Client`] and [`ClientBuilder`]: server endpoints (the local DC's
+//!   first), reconnect backoff with jitter, and the owner of every
+//!   background task, all stopped when the client is shut down or dropped;
+//! - [`Directory`]: the live instance list of one service, fed by a native
+//!   watch that resumes from its last revision after a reconnect; one
+//!   writer, many cheap readers of `Arc` snapshots; empty-push protection;
+//! - later: provider sessions, routers, load balancers, cluster strategies
+//!   and governance (see DESIGN "Client").
 //!
-//! The crate has no global config and creates no runtime of its own.
+//! The crate has no global config and creates no runtime of its own: it
+//! spawns its tasks on the caller's tokio runtime. Its errors are its own
+//! types, never tonic's.
 
 #![warn(missing_docs)]
 
+mod client;
+mod directory;
+mod error;
+
+pub use client::{Client, ClientBuilder, EmptyProtection};
+pub use directory::{Directory, Instance};
+pub use error::ClientError;
 pub use understudy_core as core;

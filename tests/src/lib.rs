@@ -232,6 +232,17 @@ impl Server {
         Self::serve(config, listeners).await
     }
 
+    /// Starts a node on the ports `settings` names (0 for any).
+    pub async fn start_on(settings: Settings) -> anyhow::Result<Self> {
+        let config = ValidConfig::from_settings(Settings {
+            http_port: settings.http_port.or(Some(0)),
+            grpc_port: settings.grpc_port.or(Some(0)),
+            ..settings
+        })?;
+        let listeners = Listeners::bind(&config).await?;
+        Self::serve(config, listeners).await
+    }
+
     /// Starts a node on a free port pair (P, P + 1000), for Nacos clients
     /// that derive the gRPC port from the HTTP port.
     pub async fn start_nacos(settings: Settings) -> anyhow::Result<Self> {

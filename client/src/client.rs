@@ -1,0 +1,179 @@
+//! The client handle: endpoints, backoff, and ownership of the background
+//! tasks (directories' watches).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use understudy_core::ServiceKey;
+
+use crate::directory::Directory;
+use crate::ClientError;
+
+/// What a directory does with an update that would empty its list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EmptyProtection {
+    /// Keep the last non-empty list unless the last instance was
+    /// explicitly deregistered (the default).
+    #[default]
+    UnlessDeregistered,
+    /// Always apply updates, empty or not.
+    Off,
+}
+
+/// An endpoint and its datacenter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Endpoint {
+    pub(crate) uri: String,
+    pub(crate) dc: Option<String>,
+}
+
+/// Builds a [`Client`].
+#[derive(Debug, Clone, Default)]
+pub struct ClientBuilder {
+    endpoints: Vec<Endpoint>,
+    local_dc: Option<String>,
+    backoff_min: Option<Duration>,
+    backoff_max: Option<Duration>,
+    connect_timeout: Option<Duration>,
+    empty_protection: EmptyProtection,
+}
+
+impl ClientBuilder {
+    /// Adds a server's gRPC address (`host:port`), optionally labelled
+    /// with its datacenter.
+    pub fn endpoint(mut self, address: impl Into<String>, dc: Option<&str>) -> Self {
+        let address = address.into();
+        let uri = if address.starts_with("http://") || address.starts_with("https://") {
+            address
+        } else {
+            format!("http://{address}")
+        };
+        self.endpoints.push(Endpoint {
+            uri,
+            dc: dc.map(str::to_owned),
+        });
+        self
+    }
+
+    /// The client's own datacenter: its endpoints are tried first.
+    pub fn local_dc(mut self, dc: impl Into<String>) -> Self {
+        self.local_dc = Some(dc.into());
+        self
+    }
+
+    /// Reconnect backoff: starts at `min`, doubles up to `max`, with jitter.
+    pub fn backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.backoff_min = Some(min);
+        self.backoff_max = Some(max);
+        self
+    }
+
+    /// How long one connection attempt may take.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = Some(timeout);
+        self
+    }
+
+    /// The directories' empty-push policy.
+    pub fn empty_protection(mut self, policy: EmptyProtection) -> Self {
+        self.empty_protection = policy;
+        self
+    }
+
+    /// Builds the client. Needs to run inside a tokio runtime when its
+    /// directories are used; it creates none of its own.
+    pub fn build(self) -> Result<Client, ClientError> {
+        if self.endpoints.is_empty() {
+            return Err(ClientError::Config {
+                message: "at least one endpoint is required".into(),
+            });
+        }
+        let min = self.backoff_min.unwrap_or(Duration::from_millis(100));
+        let max = self.backoff_max.unwrap_or(Duration::from_secs(10));
+        if min.is_zero() || max < min {
+            return Err(ClientError::Config {
+                message: "backoff needs 0 < min <= max".into(),
+            });
+        }
+        let mut endpoints = self.endpoints;
+        // Local DC first; the order is otherwise kept.
+        if let Some(local) = &self.local_dc {
+            endpoints.sort_by_key(|e| e.dc.as_deref() != Some(local.as_str()));
+        }
+        Ok(Client {
+            inner: Arc::new(Inner {
+                endpoints,
+                backoff_min: min,
+                backoff_max: max,
+                connect_timeout: self.connect_timeout.unwrap_or(Duration::from_secs(3)),
+                empty_protection: self.empty_protection,
+                cancel: CancellationToken::new(),
+                tasks: TaskTracker::new(),
+            }),
+        })
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) endpoints: Vec<Endpoint>,
+    pub(crate) backoff_min: Duration,
+    pub(crate) backoff_max: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) empty_protection: EmptyProtection,
+    pub(crate) cancel: CancellationToken,
+    tasks: TaskTracker,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+impl Inner {
+    /// The reconnect delay after `failures` consecutive failures, with
+    /// jitter between half and all of the exponential step.
+    pub(crate) fn backoff(&self, failures: u32) -> Duration {
+        let step = self
+            .backoff_min
+            .saturating_mul(1u32 << failures.min(16))
+            .min(self.backoff_max);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let jitter = 0.5 + f64::from(nanos % 1000) / 2000.0;
+        step.mul_f64(jitter)
+    }
+}
+
+/// A handle on understudy. Cheap to clone; shutting it down (or dropping
+/// the last handle) stops every background task.
+#[derive(Debug, Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl Client {
+    /// Starts building a client.
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::default()
+    }
+
+    /// The live instance list of `service`, kept current in the
+    /// background. Must be called inside a tokio runtime.
+    pub fn directory(&self, service: ServiceKey) -> Directory {
+        let (directory, task) = Directory::start(self.inner.clone(), service);
+        self.inner.tasks.spawn(task);
+        directory
+    }
+
+    /// Stops every background task and waits for them.
+    pub async fn shutdown(&self) {
+        self.inner.cancel.cancel();
+        self.inner.tasks.close();
+        self.inner.tasks.wait().await;
+    }
+}

@@ -1,0 +1,279 @@
+//! A directory: the live instance list of one service. One background
+//! task writes it from a native watch (resuming from its last revision
+//! after any reconnect); readers get cheap `Arc` snapshots. An update that
+//! would empty the list is held back unless its cause is an explicit
+//! deregistration (configurable), and holding back is counted and logged.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use understudy_core::ServiceKey;
+use understudy_proto::native::registry_client::RegistryClient;
+use understudy_proto::native::{self, change, watch_event, ResumeToken, WatchEvent, WatchRequest};
+
+use crate::client::{Endpoint, Inner};
+use crate::{ClientError, EmptyProtection};
+
+/// An instance as a directory shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Instance {
+    /// Instance id.
+    pub instance_id: String,
+    /// Ip or host name.
+    pub ip: String,
+    /// Port.
+    pub port: u16,
+    /// Weight.
+    pub weight: f64,
+    /// Health.
+    pub healthy: bool,
+    /// Whether it takes traffic.
+    pub enabled: bool,
+    /// Cluster.
+    pub cluster: String,
+    /// Zone.
+    pub zone: String,
+    /// Metadata.
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl From<native::Instance> for Instance {
+    fn from(i: native::Instance) -> Self {
+        Self {
+            instance_id: i.instance_id,
+            ip: i.ip,
+            port: u16::try_from(i.port).unwrap_or(0),
+            weight: i.weight,
+            healthy: i.healthy,
+            enabled: i.enabled,
+            cluster: i.cluster,
+            zone: i.zone,
+            metadata: i.metadata.into_iter().collect(),
+        }
+    }
+}
+
+type Key = (String, u16, String);
+
+fn key_of(i: &Instance) -> Key {
+    (i.ip.clone(), i.port, i.cluster.clone())
+}
+
+#[derive(Debug)]
+struct Shared {
+    service: ServiceKey,
+    list: watch::Sender<Arc<[Instance]>>,
+    ready: watch::Sender<bool>,
+    held_back: AtomicU64,
+    revision: AtomicU64,
+}
+
+/// The live instance list of one service.
+#[derive(Debug, Clone)]
+pub struct Directory {
+    shared: Arc<Shared>,
+}
+
+impl Directory {
+    pub(crate) fn start(
+        inner: Arc<Inner>,
+        service: ServiceKey,
+    ) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        let shared = Arc::new(Shared {
+            service,
+            list: watch::channel(Arc::from(Vec::new())).0,
+            ready: watch::channel(false).0,
+            held_back: AtomicU64::new(0),
+            revision: AtomicU64::new(0),
+        });
+        let task = run(Arc::downgrade(&inner), inner.cancel.clone(), shared.clone());
+        (Self { shared }, task)
+    }
+
+    /// The service.
+    pub fn service(&self) -> &ServiceKey {
+        &self.shared.service
+    }
+
+    /// The current instances, sorted by ip, port and cluster.
+    pub fn instances(&self) -> Arc<[Instance]> {
+        self.shared.list.borrow().clone()
+    }
+
+    /// Follows the list: each change is a new snapshot.
+    pub fn changes(&self) -> watch::Receiver<Arc<[Instance]>> {
+        self.shared.list.subscribe()
+    }
+
+    /// Waits until the directory has received its first view.
+    pub async fn wait_until_ready(&self) -> Result<(), ClientError> {
+        let mut ready = self.shared.ready.subscribe();
+        ready
+            .wait_for(|r| *r)
+            .await
+            .map(|_| ())
+            .map_err(|_| ClientError::Closed)
+    }
+
+    /// How many updates were held back by empty-push protection.
+    pub fn held_back(&self) -> u64 {
+        self.shared.held_back.load(Ordering::Relaxed)
+    }
+
+    /// The revision of the last event applied.
+    pub fn revision(&self) -> u64 {
+        self.shared.revision.load(Ordering::Relaxed)
+    }
+}
+
+/// The watch state of one directory, across reconnects.
+struct Follower {
+    shared: Arc<Shared>,
+    protection: EmptyProtection,
+    token: Option<ResumeToken>,
+    state: BTreeMap<Key, Instance>,
+    reset: Option<BTreeMap<Key, Instance>>,
+}
+
+impl Follower {
+    fn apply(&mut self, event: WatchEvent) {
+        if event.token.is_some() {
+            self.token = event.token;
+        }
+        let cause = match event.event {
+            Some(watch_event::Event::Reset(reset)) => {
+                let pending = self.reset.get_or_insert_with(BTreeMap::new);
+                for state in reset.services {
+                    for instance in state.instances {
+                        let instance = Instance::from(instance);
+                        pending.insert(key_of(&instance), instance);
+                    }
+                }
+                if !reset.last {
+                    return;
+                }
+                self.state = self.reset.take().unwrap_or_default();
+                None
+            }
+            Some(watch_event::Event::Change(c)) => match c.kind {
+                Some(change::Kind::Upsert(instance)) => {
+                    let instance = Instance::from(instance);
+                    self.state.insert(key_of(&instance), instance);
+                    None
+                }
+                Some(change::Kind::Removed(removed)) => {
+                    let cause = removed.cause();
+                    if let Some(instance) = removed.instance {
+                        self.state.remove(&key_of(&Instance::from(instance)));
+                    }
+                    Some(cause)
+                }
+                Some(change::Kind::DoesNotExist(_)) => {
+                    self.state.clear();
+                    Some(native::RemovalCause::Deregistered)
+                }
+                Some(change::Kind::Created(_)) | None => return,
+            },
+            None => return,
+        };
+        if let Some(token) = &self.token {
+            self.shared
+                .revision
+                .store(token.revision, Ordering::Relaxed);
+        }
+        self.publish(cause);
+    }
+
+    fn publish(&self, cause: Option<native::RemovalCause>) {
+        let list: Arc<[Instance]> = self.state.values().cloned().collect();
+        let current_empty = self.shared.list.borrow().is_empty();
+        let protect = self.protection == EmptyProtection::UnlessDeregistered
+            && list.is_empty()
+            && !current_empty
+            && cause != Some(native::RemovalCause::Deregistered);
+        if protect {
+            self.shared.held_back.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(service = %self.shared.service, ?cause, "update that would empty the directory held back");
+        } else {
+            self.shared.list.send_replace(list);
+        }
+        self.shared.ready.send_replace(true);
+    }
+}
+
+async fn watch_once(
+    inner: &Inner,
+    endpoint: &Endpoint,
+    follower: &mut Follower,
+    failures: &mut u32,
+) -> Result<(), String> {
+    let channel = tonic::transport::Endpoint::from_shared(endpoint.uri.clone())
+        .map_err(|e| e.to_string())?
+        .connect_timeout(inner.connect_timeout)
+        .connect()
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut client = RegistryClient::new(channel);
+    let service = &follower.shared.service;
+    let request = WatchRequest {
+        namespace: service.namespace.to_string(),
+        group: service.group.to_string(),
+        service: service.name.to_string(),
+        resume: follower.token.clone(),
+    };
+    let mut stream = client
+        .watch(request)
+        .await
+        .map_err(|s| s.message().to_owned())?
+        .into_inner();
+    follower.reset = None;
+    while let Some(event) = stream.message().await.map_err(|s| s.message().to_owned())? {
+        *failures = 0;
+        follower.apply(event);
+    }
+    Err("the watch ended".to_owned())
+}
+
+async fn run(inner: Weak<Inner>, cancel: CancellationToken, shared: Arc<Shared>) {
+    let protection = match inner.upgrade() {
+        Some(inner) => inner.empty_protection,
+        None => return,
+    };
+    let mut follower = Follower {
+        shared,
+        protection,
+        token: None,
+        state: BTreeMap::new(),
+        reset: None,
+    };
+    let mut failures: u32 = 0;
+    let mut next_endpoint = 0;
+    loop {
+        let Some(client) = inner.upgrade() else {
+            return;
+        };
+        let endpoint = client.endpoints[next_endpoint % client.endpoints.len()].clone();
+        let outcome = tokio::select! {
+            () = cancel.cancelled() => return,
+            outcome = watch_once(&client, &endpoint, &mut follower, &mut failures) => outcome,
+        };
+        if let Err(reason) = outcome {
+            tracing::debug!(endpoint = %endpoint.uri, %reason, "watch interrupted; reconnecting");
+        }
+        failures = failures.saturating_add(1);
+        // After a failure, the next endpoint; the local DC's come first.
+        if failures > 1 {
+            next_endpoint += 1;
+        }
+        let delay = client.backoff(failures);
+        drop(client);
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(delay) => {}
+        }
+    }
+}

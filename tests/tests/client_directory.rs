@@ -1,0 +1,148 @@
+//! The bundled client's directory against a real server: it follows the
+//! service, protects against empty pushes unless the cause is an explicit
+//! deregistration, and reconnects after a server restart.
+
+use std::time::Duration;
+
+use understudy_client::{Client, EmptyProtection};
+use understudy_core::ServiceKey;
+use understudy_server::config::Settings;
+use understudy_tests::nacos_grpc::RawClient;
+use understudy_tests::{eventually, Server};
+
+fn client(server: &Server, protection: EmptyProtection) -> Client {
+    Client::builder()
+        .endpoint(server.grpc.to_string(), Some("dc1"))
+        .local_dc("dc1")
+        .backoff(Duration::from_millis(20), Duration::from_millis(200))
+        .empty_protection(protection)
+        .build()
+        .expect("a valid client")
+}
+
+fn endpoints(directory: &understudy_client::Directory) -> Vec<String> {
+    directory
+        .instances()
+        .iter()
+        .map(|i| format!("{}:{}", i.ip, i.port))
+        .collect()
+}
+
+fn key(name: &str) -> ServiceKey {
+    ServiceKey::parse("", "", name).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_follows_its_service_and_applies_explicit_deregistrations() -> anyhow::Result<()>
+{
+    let server = Server::start(Settings::default()).await?;
+    let client = client(&server, EmptyProtection::UnlessDeregistered);
+    let directory = client.directory(key("dir"));
+    directory.wait_until_ready().await?;
+    assert!(directory.instances().is_empty());
+    let provider = RawClient::connect(server.grpc, None).await?;
+    provider.register("dir", "10.0.0.1", 80).await?;
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            endpoints(&directory) == ["10.0.0.1:80"]
+        })
+        .await
+    );
+    let mut changes = directory.changes();
+    provider.deregister("dir").await?;
+    tokio::time::timeout(Duration::from_secs(3), changes.changed()).await??;
+    assert!(
+        directory.instances().is_empty(),
+        "an explicit deregistration empties the list"
+    );
+    assert_eq!(directory.held_back(), 0);
+    assert!(directory.revision() > 0);
+    client.shutdown().await;
+    server.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_push_protection_keeps_the_list_when_the_last_provider_vanishes() -> anyhow::Result<()>
+{
+    let server = Server::start(Settings::default()).await?;
+    let protected = client(&server, EmptyProtection::UnlessDeregistered);
+    let unprotected = client(&server, EmptyProtection::Off);
+    let kept = protected.directory(key("vanish"));
+    let applied = unprotected.directory(key("vanish"));
+    let provider = RawClient::connect(server.grpc, None).await?;
+    provider.register("vanish", "10.0.0.1", 80).await?;
+    for directory in [&kept, &applied] {
+        assert!(
+            eventually(Duration::from_secs(3), || async {
+                endpoints(directory) == ["10.0.0.1:80"]
+            })
+            .await
+        );
+    }
+    drop(provider); // connection closed: not an explicit deregistration
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            applied.instances().is_empty()
+        })
+        .await
+    );
+    assert!(eventually(Duration::from_secs(3), || async { kept.held_back() == 1 }).await);
+    assert_eq!(
+        endpoints(&kept),
+        vec!["10.0.0.1:80"],
+        "the protected directory kept its list"
+    );
+    protected.shutdown().await;
+    unprotected.shutdown().await;
+    server.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_reconnects_after_a_server_restart() -> anyhow::Result<()> {
+    let first = Server::start(Settings::default()).await?;
+    let grpc_port = first.grpc.port();
+    let client = client(&first, EmptyProtection::UnlessDeregistered);
+    let directory = client.directory(key("restart"));
+    let provider = RawClient::connect(first.grpc, None).await?;
+    provider.register("restart", "10.0.0.1", 80).await?;
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            endpoints(&directory) == ["10.0.0.1:80"]
+        })
+        .await
+    );
+    drop(provider);
+    first.stop().await?;
+
+    // A new, empty server on the same port; a provider registers there.
+    let second = Server::start_on(Settings {
+        grpc_port: Some(grpc_port),
+        ..Settings::default()
+    })
+    .await?;
+    let provider = RawClient::connect(second.grpc, None).await?;
+    provider.register("restart", "10.0.0.2", 81).await?;
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            endpoints(&directory) == ["10.0.0.2:81"]
+        })
+        .await,
+        "the directory did not follow the new server: {:?}",
+        endpoints(&directory)
+    );
+    client.shutdown().await;
+    second.stop().await?;
+    Ok(())
+}
+
+#[test]
+fn a_client_needs_an_endpoint_and_a_sane_backoff() {
+    assert!(Client::builder().build().is_err());
+    assert!(Client::builder()
+        .endpoint("127.0.0.1:9848", None)
+        .backoff(Duration::from_secs(2), Duration::from_secs(1))
+        .build()
+        .is_err());
+}
