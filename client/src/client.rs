@@ -37,6 +37,7 @@ pub struct ClientBuilder {
     backoff_min: Option<Duration>,
     backoff_max: Option<Duration>,
     connect_timeout: Option<Duration>,
+    keepalive: Option<Duration>,
     empty_protection: EmptyProtection,
 }
 
@@ -76,6 +77,12 @@ impl ClientBuilder {
         self
     }
 
+    /// How often the provider session sends keepalives (default 2 s).
+    pub fn keepalive(mut self, interval: Duration) -> Self {
+        self.keepalive = Some(interval);
+        self
+    }
+
     /// The directories' empty-push policy.
     pub fn empty_protection(mut self, policy: EmptyProtection) -> Self {
         self.empty_protection = policy;
@@ -109,8 +116,10 @@ impl ClientBuilder {
                 backoff_max: max,
                 connect_timeout: self.connect_timeout.unwrap_or(Duration::from_secs(3)),
                 empty_protection: self.empty_protection,
+                keepalive: self.keepalive.unwrap_or(Duration::from_secs(2)),
                 cancel: CancellationToken::new(),
                 tasks: TaskTracker::new(),
+                session: std::sync::Mutex::new(None),
             }),
         })
     }
@@ -123,8 +132,11 @@ pub(crate) struct Inner {
     pub(crate) backoff_max: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) empty_protection: EmptyProtection,
+    pub(crate) keepalive: Duration,
     pub(crate) cancel: CancellationToken,
     tasks: TaskTracker,
+    /// The provider session, started on first use.
+    session: std::sync::Mutex<Option<tokio::sync::mpsc::Sender<crate::session::Request>>>,
 }
 
 impl Drop for Inner {
@@ -168,6 +180,52 @@ impl Client {
         let (directory, task) = Directory::start(self.inner.clone(), service);
         self.inner.tasks.spawn(task);
         directory
+    }
+
+    fn session(&self) -> tokio::sync::mpsc::Sender<crate::session::Request> {
+        let mut session = self.inner.session.lock().unwrap_or_else(|p| p.into_inner());
+        session
+            .get_or_insert_with(|| {
+                let (tx, rx) = tokio::sync::mpsc::channel(64);
+                self.inner.tasks.spawn(crate::session::run(
+                    Arc::downgrade(&self.inner),
+                    self.inner.cancel.clone(),
+                    rx,
+                    self.inner.keepalive,
+                ));
+                tx
+            })
+            .clone()
+    }
+
+    /// Registers (or replaces) this client's instances of `service`. They
+    /// live while the client does, and are registered again after any
+    /// reconnect. Must be called inside a tokio runtime.
+    pub async fn register(
+        &self,
+        service: ServiceKey,
+        instances: Vec<crate::InstanceSpec>,
+    ) -> Result<(), ClientError> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.session()
+            .send(crate::session::Request::Register(service, instances, reply))
+            .await
+            .map_err(|_| ClientError::Closed)?;
+        answer.await.map_err(|_| ClientError::Unavailable {
+            message: "the session was lost before the server answered; it is registered again on reconnect".into(),
+        })?
+    }
+
+    /// Removes this client's instances of `service`.
+    pub async fn deregister(&self, service: ServiceKey) -> Result<(), ClientError> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.session()
+            .send(crate::session::Request::Deregister(service, reply))
+            .await
+            .map_err(|_| ClientError::Closed)?;
+        answer.await.map_err(|_| ClientError::Unavailable {
+            message: "the session was lost before the server answered".into(),
+        })?
     }
 
     /// Stops every background task and waits for them.

@@ -7,7 +7,9 @@
 //! - [`Directory`]: the live instance list of one service, fed by a native
 //!   watch that resumes from its last revision after a reconnect; one
 //!   writer, many cheap readers of `Arc` snapshots; empty-push protection;
-//! - later: provider sessions, routers, load balancers, cluster strategies
+//! - provider sessions (`session`): [`Client::register`] keeps instances
+//!   alive on a native session and registers them again after reconnects;
+//! - later: routers, load balancers, cluster strategies
 //!   and governance (see DESIGN "Client").
 //!
 //! The crate has no global config and creates no runtime of its own: it
@@ -19,8 +21,10 @@
 mod client;
 mod directory;
 mod error;
+mod session;
 
 pub use client::{Client, ClientBuilder, EmptyProtection};
 pub use directory::{Directory, Instance};
 pub use error::ClientError;
+pub use session::InstanceSpec;
 pub use understudy_core as core;

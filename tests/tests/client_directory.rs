@@ -146,3 +146,64 @@ fn a_client_needs_an_endpoint_and_a_sane_backoff() {
         .build()
         .is_err());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_providers_registrations_survive_a_server_restart_and_end_with_the_client(
+) -> anyhow::Result<()> {
+    use understudy_client::InstanceSpec;
+    let first = Server::start(Settings::default()).await?;
+    let grpc_port = first.grpc.port();
+    let provider = Client::builder()
+        .endpoint(first.grpc.to_string(), None)
+        .backoff(Duration::from_millis(20), Duration::from_millis(200))
+        .keepalive(Duration::from_millis(200))
+        .build()?;
+    provider
+        .register(key("kept"), vec![InstanceSpec::new("10.0.0.5", 7000)])
+        .await?;
+    let observer = RawClient::connect(first.grpc, None).await?;
+    assert_eq!(observer.query("kept").await?, vec!["10.0.0.5:7000"]);
+    let refused = provider
+        .register(key("kept"), vec![InstanceSpec::new("", 1)])
+        .await;
+    assert!(
+        matches!(&refused, Err(understudy_client::ClientError::Invalid { message }) if message.contains("ip")),
+        "{refused:?}"
+    );
+    drop(observer);
+    first.stop().await?;
+
+    let second = Server::start_on(Settings {
+        grpc_port: Some(grpc_port),
+        ..Settings::default()
+    })
+    .await?;
+    let observer = RawClient::connect(second.grpc, None).await?;
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            observer.query("kept").await.ok() == Some(vec!["10.0.0.5:7000".to_owned()])
+        })
+        .await,
+        "the client did not register again on the new server"
+    );
+    provider.deregister(key("kept")).await?;
+    assert!(observer.query("kept").await?.is_empty());
+    provider
+        .register(key("kept"), vec![InstanceSpec::new("10.0.0.6", 7001)])
+        .await?;
+    assert_eq!(observer.query("kept").await?, vec!["10.0.0.6:7001"]);
+    provider.shutdown().await;
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            observer
+                .query("kept")
+                .await
+                .map(|v| v.is_empty())
+                .unwrap_or(false)
+        })
+        .await,
+        "the instances outlived the client"
+    );
+    second.stop().await?;
+    Ok(())
+}
