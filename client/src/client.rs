@@ -161,6 +161,49 @@ impl Inner {
     }
 }
 
+/// Where a reconnecting task stands: consecutive failures and the next
+/// endpoint to try.
+#[derive(Debug, Default)]
+pub(crate) struct Reconnect {
+    failures: u32,
+    next: usize,
+}
+
+impl Reconnect {
+    /// The endpoint to try now.
+    pub(crate) fn endpoint(&self, inner: &Inner) -> Endpoint {
+        inner.endpoints[self.next % inner.endpoints.len()].clone()
+    }
+
+    /// The connection works (it delivered something).
+    pub(crate) fn succeeded(&mut self) {
+        self.failures = 0;
+    }
+
+    /// Records a failure and returns the delay before the next attempt;
+    /// from the second failure in a row, the next endpoint is tried.
+    pub(crate) fn failed(&mut self, inner: &Inner) -> Duration {
+        self.failures = self.failures.saturating_add(1);
+        if self.failures > 1 {
+            self.next += 1;
+        }
+        inner.backoff(self.failures)
+    }
+}
+
+/// Opens a channel to an endpoint.
+pub(crate) async fn connect(
+    endpoint: &Endpoint,
+    timeout: Duration,
+) -> Result<tonic::transport::Channel, String> {
+    tonic::transport::Endpoint::from_shared(endpoint.uri.clone())
+        .map_err(|e| e.to_string())?
+        .connect_timeout(timeout)
+        .connect()
+        .await
+        .map_err(|e| e.to_string())
+}
+
 /// A handle on understudy. Cheap to clone; shutting it down (or dropping
 /// the last handle) stops every background task.
 #[derive(Debug, Clone)]

@@ -15,7 +15,7 @@ use understudy_core::ServiceKey;
 use understudy_proto::native::registry_client::RegistryClient;
 use understudy_proto::native::{self, change, watch_event, ResumeToken, WatchEvent, WatchRequest};
 
-use crate::client::{Endpoint, Inner};
+use crate::client::{connect, Endpoint, Inner, Reconnect};
 use crate::{ClientError, EmptyProtection};
 
 /// An instance as a directory shows it.
@@ -209,15 +209,9 @@ async fn watch_once(
     inner: &Inner,
     endpoint: &Endpoint,
     follower: &mut Follower,
-    failures: &mut u32,
+    reconnect: &mut Reconnect,
 ) -> Result<(), String> {
-    let channel = tonic::transport::Endpoint::from_shared(endpoint.uri.clone())
-        .map_err(|e| e.to_string())?
-        .connect_timeout(inner.connect_timeout)
-        .connect()
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut client = RegistryClient::new(channel);
+    let mut client = RegistryClient::new(connect(endpoint, inner.connect_timeout).await?);
     let service = &follower.shared.service;
     let request = WatchRequest {
         namespace: service.namespace.to_string(),
@@ -232,7 +226,7 @@ async fn watch_once(
         .into_inner();
     follower.reset = None;
     while let Some(event) = stream.message().await.map_err(|s| s.message().to_owned())? {
-        *failures = 0;
+        reconnect.succeeded();
         follower.apply(event);
     }
     Err("the watch ended".to_owned())
@@ -250,26 +244,20 @@ async fn run(inner: Weak<Inner>, cancel: CancellationToken, shared: Arc<Shared>)
         state: BTreeMap::new(),
         reset: None,
     };
-    let mut failures: u32 = 0;
-    let mut next_endpoint = 0;
+    let mut reconnect = Reconnect::default();
     loop {
         let Some(client) = inner.upgrade() else {
             return;
         };
-        let endpoint = client.endpoints[next_endpoint % client.endpoints.len()].clone();
+        let endpoint = reconnect.endpoint(&client);
         let outcome = tokio::select! {
             () = cancel.cancelled() => return,
-            outcome = watch_once(&client, &endpoint, &mut follower, &mut failures) => outcome,
+            outcome = watch_once(&client, &endpoint, &mut follower, &mut reconnect) => outcome,
         };
         if let Err(reason) = outcome {
             tracing::debug!(endpoint = %endpoint.uri, %reason, "watch interrupted; reconnecting");
         }
-        failures = failures.saturating_add(1);
-        // After a failure, the next endpoint; the local DC's come first.
-        if failures > 1 {
-            next_endpoint += 1;
-        }
-        let delay = client.backoff(failures);
+        let delay = reconnect.failed(&client);
         drop(client);
         tokio::select! {
             () = cancel.cancelled() => return,

@@ -15,7 +15,7 @@ use understudy_proto::native::{
     self, session_request, session_response, Hello, Keepalive, SessionRequest,
 };
 
-use crate::client::Inner;
+use crate::client::{connect, Endpoint, Inner, Reconnect};
 use crate::ClientError;
 
 /// An instance a provider registers.
@@ -103,19 +103,17 @@ pub(crate) async fn run(
     keepalive: Duration,
 ) {
     let mut desired: BTreeMap<ServiceKey, Vec<InstanceSpec>> = BTreeMap::new();
-    let mut failures: u32 = 0;
-    let mut next_endpoint = 0;
+    let mut reconnect = Reconnect::default();
     loop {
         let Some(client) = inner.upgrade() else {
             return;
         };
-        let endpoint = client.endpoints[next_endpoint % client.endpoints.len()].clone();
+        let endpoint = reconnect.endpoint(&client);
         let timeout = client.connect_timeout;
-        let delay = client.backoff(failures + 1);
         drop(client);
         let outcome = tokio::select! {
             () = cancel.cancelled() => return,
-            outcome = session_once(&endpoint.uri, timeout, keepalive, &mut desired, &mut requests, &mut failures) => outcome,
+            outcome = session_once(&endpoint, timeout, keepalive, &mut desired, &mut requests, &mut reconnect) => outcome,
         };
         match outcome {
             Ok(()) => return, // the client went away
@@ -123,10 +121,11 @@ pub(crate) async fn run(
                 tracing::debug!(endpoint = %endpoint.uri, %reason, "session interrupted; reconnecting")
             }
         }
-        failures = failures.saturating_add(1);
-        if failures > 1 {
-            next_endpoint += 1;
-        }
+        let Some(client) = inner.upgrade() else {
+            return;
+        };
+        let delay = reconnect.failed(&client);
+        drop(client);
         tokio::select! {
             () = cancel.cancelled() => return,
             () = tokio::time::sleep(delay) => {}
@@ -136,19 +135,14 @@ pub(crate) async fn run(
 
 /// One session connection. `Ok` when the client is gone, `Err` to reconnect.
 async fn session_once(
-    uri: &str,
+    endpoint: &Endpoint,
     timeout: Duration,
     keepalive: Duration,
     desired: &mut BTreeMap<ServiceKey, Vec<InstanceSpec>>,
     requests: &mut mpsc::Receiver<Request>,
-    failures: &mut u32,
+    reconnect: &mut Reconnect,
 ) -> Result<(), String> {
-    let channel = tonic::transport::Endpoint::from_shared(uri.to_owned())
-        .map_err(|e| e.to_string())?
-        .connect_timeout(timeout)
-        .connect()
-        .await
-        .map_err(|e| e.to_string())?;
+    let channel = connect(endpoint, timeout).await?;
     let (tx, outgoing) = mpsc::channel::<SessionRequest>(64);
     let mut answers = RegistryClient::new(channel)
         .session(tokio_stream::wrappers::ReceiverStream::new(outgoing))
@@ -206,7 +200,7 @@ async fn session_once(
             }
             answer = answers.message() => {
                 let answer = answer.map_err(|s| s.message().to_owned())?.ok_or("the session ended")?;
-                *failures = 0;
+                reconnect.succeeded();
                 let Some((reply, desire)) = pending.remove(&answer.request_id) else { continue };
                 let outcome = match answer.kind {
                     Some(session_response::Kind::Error(e)) => Err(ClientError::Invalid { message: e.message }),
