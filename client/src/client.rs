@@ -39,6 +39,7 @@ pub struct ClientBuilder {
     connect_timeout: Option<Duration>,
     keepalive: Option<Duration>,
     empty_protection: EmptyProtection,
+    cache_dir: Option<std::path::PathBuf>,
 }
 
 impl ClientBuilder {
@@ -83,6 +84,13 @@ impl ClientBuilder {
         self
     }
 
+    /// Keeps a copy of every directory's last good list in `dir`, so a
+    /// consumer can start with it while the registry is unreachable.
+    pub fn cache_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.cache_dir = Some(dir.into());
+        self
+    }
+
     /// The directories' empty-push policy.
     pub fn empty_protection(mut self, policy: EmptyProtection) -> Self {
         self.empty_protection = policy;
@@ -117,6 +125,7 @@ impl ClientBuilder {
                 connect_timeout: self.connect_timeout.unwrap_or(Duration::from_secs(3)),
                 empty_protection: self.empty_protection,
                 keepalive: self.keepalive.unwrap_or(Duration::from_secs(2)),
+                cache_dir: self.cache_dir,
                 cancel: CancellationToken::new(),
                 tasks: TaskTracker::new(),
                 session: std::sync::Mutex::new(None),
@@ -133,6 +142,7 @@ pub(crate) struct Inner {
     pub(crate) connect_timeout: Duration,
     pub(crate) empty_protection: EmptyProtection,
     pub(crate) keepalive: Duration,
+    pub(crate) cache_dir: Option<std::path::PathBuf>,
     pub(crate) cancel: CancellationToken,
     tasks: TaskTracker,
     /// The provider session, started on first use.

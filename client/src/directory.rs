@@ -19,7 +19,7 @@ use crate::client::{connect, Endpoint, Inner, Reconnect};
 use crate::{ClientError, EmptyProtection};
 
 /// An instance as a directory shows it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Instance {
     /// Instance id.
     pub instance_id: String,
@@ -66,6 +66,8 @@ fn key_of(i: &Instance) -> Key {
 #[derive(Debug)]
 struct Shared {
     service: ServiceKey,
+    /// Where the last good list is kept on disk, if anywhere.
+    cache: Option<std::path::PathBuf>,
     list: watch::Sender<Arc<[Instance]>>,
     ready: watch::Sender<bool>,
     held_back: AtomicU64,
@@ -83,10 +85,21 @@ impl Directory {
         inner: Arc<Inner>,
         service: ServiceKey,
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        let cache = inner
+            .cache_dir
+            .as_ref()
+            .map(|dir| dir.join(cache_file_name(&service)));
+        // A cached list lets the consumer start while the registry is down.
+        let cached: Option<Vec<Instance>> = cache
+            .as_ref()
+            .and_then(|path| std::fs::read(path).ok())
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+        let ready = cached.is_some();
         let shared = Arc::new(Shared {
             service,
-            list: watch::channel(Arc::from(Vec::new())).0,
-            ready: watch::channel(false).0,
+            cache,
+            list: watch::channel(Arc::from(cached.unwrap_or_default())).0,
+            ready: watch::channel(ready).0,
             held_back: AtomicU64::new(0),
             revision: AtomicU64::new(0),
         });
@@ -130,6 +143,40 @@ impl Directory {
     }
 }
 
+/// The cache file of a service: its key, with anything but letters,
+/// digits, '.', '-' and '_' percent-encoded.
+fn cache_file_name(service: &ServiceKey) -> String {
+    let raw = format!("{}@{}@{}", service.namespace, service.group, service.name);
+    let mut name: String = raw
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'.' | b'-' | b'_' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    name.push_str(".json");
+    name
+}
+
+/// Writes the list next to its cache file, then moves it in place, so a
+/// reader never sees half a file.
+async fn save(path: std::path::PathBuf, list: Arc<[Instance]>) {
+    let Ok(json) = serde_json::to_vec(&*list) else {
+        return;
+    };
+    let temporary = path.with_extension("json.tmp");
+    let written = async {
+        if let Some(dir) = path.parent() {
+            tokio::fs::create_dir_all(dir).await?;
+        }
+        tokio::fs::write(&temporary, json).await?;
+        tokio::fs::rename(&temporary, &path).await
+    };
+    if let Err(e) = written.await {
+        tracing::warn!(path = %path.display(), error = %e, "directory cache not written");
+    }
+}
+
 /// The watch state of one directory, across reconnects.
 struct Follower {
     shared: Arc<Shared>,
@@ -140,7 +187,8 @@ struct Follower {
 }
 
 impl Follower {
-    fn apply(&mut self, event: WatchEvent) {
+    /// Applies an event; returns the list if one was published.
+    fn apply(&mut self, event: WatchEvent) -> Option<Arc<[Instance]>> {
         if event.token.is_some() {
             self.token = event.token;
         }
@@ -154,7 +202,7 @@ impl Follower {
                     }
                 }
                 if !reset.last {
-                    return;
+                    return None;
                 }
                 self.state = self.reset.take().unwrap_or_default();
                 None
@@ -176,32 +224,35 @@ impl Follower {
                     self.state.clear();
                     Some(native::RemovalCause::Deregistered)
                 }
-                Some(change::Kind::Created(_)) | None => return,
+                Some(change::Kind::Created(_)) | None => return None,
             },
-            None => return,
+            None => return None,
         };
         if let Some(token) = &self.token {
             self.shared
                 .revision
                 .store(token.revision, Ordering::Relaxed);
         }
-        self.publish(cause);
+        self.publish(cause)
     }
 
-    fn publish(&self, cause: Option<native::RemovalCause>) {
+    fn publish(&self, cause: Option<native::RemovalCause>) -> Option<Arc<[Instance]>> {
         let list: Arc<[Instance]> = self.state.values().cloned().collect();
         let current_empty = self.shared.list.borrow().is_empty();
         let protect = self.protection == EmptyProtection::UnlessDeregistered
             && list.is_empty()
             && !current_empty
             && cause != Some(native::RemovalCause::Deregistered);
-        if protect {
+        let published = if protect {
             self.shared.held_back.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(service = %self.shared.service, ?cause, "update that would empty the directory held back");
+            None
         } else {
-            self.shared.list.send_replace(list);
-        }
+            self.shared.list.send_replace(list.clone());
+            Some(list)
+        };
         self.shared.ready.send_replace(true);
+        published
     }
 }
 
@@ -227,7 +278,9 @@ async fn watch_once(
     follower.reset = None;
     while let Some(event) = stream.message().await.map_err(|s| s.message().to_owned())? {
         reconnect.succeeded();
-        follower.apply(event);
+        if let (Some(list), Some(path)) = (follower.apply(event), follower.shared.cache.clone()) {
+            save(path, list).await;
+        }
     }
     Err("the watch ended".to_owned())
 }

@@ -207,3 +207,49 @@ async fn a_providers_registrations_survive_a_server_restart_and_end_with_the_cli
     second.stop().await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_starts_from_its_disk_cache_while_the_registry_is_down() -> anyhow::Result<()> {
+    let cache = std::env::temp_dir().join(format!("understudy-dir-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    let server = Server::start(Settings::default()).await?;
+    let provider = RawClient::connect(server.grpc, None).await?;
+    provider.register("cached/svc", "10.0.0.9", 9000).await?;
+    let first = Client::builder()
+        .endpoint(server.grpc.to_string(), None)
+        .cache_dir(&cache)
+        .build()?;
+    let directory = first.directory(key("cached/svc"));
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            endpoints(&directory) == ["10.0.0.9:9000"]
+        })
+        .await
+    );
+    // The copy is written after the list is published; wait for the file.
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            std::fs::read_dir(&cache)
+                .map(|d| d.count() > 0)
+                .unwrap_or(false)
+        })
+        .await
+    );
+    first.shutdown().await;
+    let dead = server.grpc;
+    drop(provider);
+    server.stop().await?;
+
+    // The registry is gone; a new consumer still starts with the last list.
+    let second = Client::builder()
+        .endpoint(dead.to_string(), None)
+        .cache_dir(&cache)
+        .connect_timeout(Duration::from_millis(100))
+        .build()?;
+    let directory = second.directory(key("cached/svc"));
+    tokio::time::timeout(Duration::from_secs(1), directory.wait_until_ready()).await??;
+    assert_eq!(endpoints(&directory), vec!["10.0.0.9:9000"]);
+    second.shutdown().await;
+    std::fs::remove_dir_all(&cache)?;
+    Ok(())
+}
