@@ -415,21 +415,21 @@ pub struct ServiceDetailV2 {
 }
 
 impl ServiceDetailV2 {
-    /// Renders a service.
+    /// Renders a service: the v1 detail, reshaped.
     pub fn new(service: &Service) -> Self {
-        let meta = service.meta().cloned().unwrap_or_default();
+        let v1 = ServiceDetailV1::new(service);
         Self {
-            namespace: service.key().namespace.to_string(),
-            service_name: service.key().name.to_string(),
-            group_name: service.key().group.to_string(),
-            cluster_map: service
-                .clusters()
+            namespace: v1.namespace_id,
+            service_name: v1.name,
+            group_name: v1.group_name,
+            cluster_map: v1
+                .clusters
                 .into_iter()
-                .map(|c| (c.to_string(), ClusterJson::new(c.as_str())))
+                .map(|c| (c.name.clone(), c))
                 .collect(),
-            metadata: meta.metadata,
-            protect_threshold: meta.protect_threshold,
-            selector: SelectorJson::from(&meta.selector),
+            metadata: v1.metadata,
+            protect_threshold: v1.protect_threshold,
+            selector: v1.selector,
             ephemeral: service.kind().is_ephemeral(),
         }
     }
