@@ -19,6 +19,7 @@
 #![warn(missing_docs)]
 
 mod client;
+pub mod cluster;
 mod directory;
 mod error;
 mod session;

@@ -1,0 +1,2 @@
+//! Consumer-side limits: concurrency and rate per method, and the retry
+//! budget. (Skeleton: to be written.)
