@@ -24,3 +24,25 @@ pub trait LoadBalance: Send + Sync + std::fmt::Debug {
     /// The index in `targets` (never empty) of the target to call.
     fn pick(&self, targets: &[Target], invocation: &Invocation, cx: &mut PickContext<'_>) -> usize;
 }
+
+/// Skeleton.
+#[derive(Debug, Default)]
+pub struct WeightedRandom;
+
+impl WeightedRandom {
+    /// Skeleton.
+    pub fn new() -> Self {
+        Self
+    }
+}
+
+impl LoadBalance for WeightedRandom {
+    fn name(&self) -> &'static str {
+        "random"
+    }
+
+    fn pick(&self, targets: &[Target], _i: &Invocation, cx: &mut PickContext<'_>) -> usize {
+        use rand::RngExt;
+        cx.rng.random_range(0..targets.len())
+    }
+}

@@ -24,19 +24,20 @@
 pub mod balance;
 pub mod breaker;
 mod error;
-// pub mod invoker;
+pub mod invoker;
 pub mod limit;
-// pub mod route;
+pub mod route;
 // pub mod shutdown;
 pub mod stats;
-// pub mod strategy;
+pub mod strategy;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use error::{CallFailure, ClusterError, LimitKind, Phase};
-// pub use invoker::{Cluster, ClusterBuilder, Mock, Outcome};
+pub use invoker::{Cluster, ClusterBuilder, MetricsSnapshot, Mock, Outcome};
+pub use strategy::Strategy;
 
 use crate::Instance;
 use stats::InstanceStats;
