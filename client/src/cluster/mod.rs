@@ -27,7 +27,7 @@ mod error;
 pub mod invoker;
 pub mod limit;
 pub mod route;
-// pub mod shutdown;
+pub mod shutdown;
 pub mod stats;
 pub mod strategy;
 
@@ -37,6 +37,7 @@ use std::time::Duration;
 
 pub use error::{CallFailure, ClusterError, LimitKind, Phase};
 pub use invoker::{Cluster, ClusterBuilder, MetricsSnapshot, Mock, Outcome};
+pub use shutdown::{stop_provider, InFlight, InFlightGuard, StopOptions, StopReport};
 pub use strategy::Strategy;
 
 use crate::Instance;
