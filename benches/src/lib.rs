@@ -114,3 +114,4 @@ pub fn populated() -> (Registry, Liveness) {
 }
 
 pub mod loadgen;
+pub mod sim;
