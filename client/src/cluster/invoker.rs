@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::stream::{FuturesUnordered, StreamExt};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use tokio::sync::{watch, Semaphore};
@@ -123,13 +122,13 @@ pub struct MetricsSnapshot {
 }
 
 #[derive(Debug, Default)]
-struct Counters {
+pub(super) struct Counters {
     calls: AtomicU64,
     answered: AtomicU64,
     failed: AtomicU64,
     attempts: AtomicU64,
     retries: AtomicU64,
-    cross_zone: AtomicU64,
+    pub(super) cross_zone: AtomicU64,
     budget_exhausted: AtomicU64,
     limited: AtomicU64,
     mocked: AtomicU64,
@@ -139,7 +138,7 @@ struct Counters {
     decisions: Mutex<BTreeMap<(String, String, String), u64>>,
 }
 
-fn bump(counter: &AtomicU64) {
+pub(super) fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
@@ -155,7 +154,7 @@ pub struct ClusterBuilder {
     max_ejection: f64,
     concurrency: Option<usize>,
     rate: Option<(u32, Duration)>,
-    budget: RetryBudget,
+    pub(super) budget: RetryBudget,
     seed: Option<u64>,
 }
 
@@ -343,8 +342,8 @@ struct Table {
 }
 
 #[derive(Debug)]
-struct Inner {
-    service: String,
+pub(super) struct Inner {
+    pub(super) service: String,
     local_zone: Option<String>,
     routers: Vec<Arc<dyn Router>>,
     balancer: Arc<dyn LoadBalance>,
@@ -358,7 +357,7 @@ struct Inner {
     rng: Mutex<StdRng>,
     source: Mutex<watch::Receiver<Arc<[Instance]>>>,
     table: Mutex<Table>,
-    counters: Counters,
+    pub(super) counters: Counters,
     failback_slots: Arc<Semaphore>,
     tasks: TaskTracker,
     cancel: CancellationToken,
@@ -374,7 +373,7 @@ pub struct Cluster {
 
 /// Where an attempt may go.
 #[derive(Debug, Clone, Copy)]
-enum Scope<'a> {
+pub(super) enum Scope<'a> {
     /// Wherever the routers say.
     Any,
     /// The caller's zone if it has instances, else anywhere.
@@ -385,7 +384,7 @@ enum Scope<'a> {
 
 /// Whether instances already tried may be picked again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reuse {
+pub(super) enum Reuse {
     /// When every candidate was tried, try one again.
     Allowed,
     /// Never: fail with no provider instead.
@@ -393,7 +392,7 @@ enum Reuse {
 }
 
 /// What a retry decision needs to know.
-fn retryable(error: &ClusterError, idempotency: Idempotency) -> bool {
+pub(super) fn retryable(error: &ClusterError, idempotency: Idempotency) -> bool {
     if error.is_application() {
         return false;
     }
@@ -699,7 +698,7 @@ impl Inner {
         }
     }
 
-    fn caller_zone<'a>(&'a self, inv: &'a Invocation) -> Option<&'a str> {
+    pub(super) fn caller_zone<'a>(&'a self, inv: &'a Invocation) -> Option<&'a str> {
         inv.attachment(ZONE).or(self.local_zone.as_deref())
     }
 
@@ -739,7 +738,7 @@ impl Inner {
         table.targets.clone()
     }
 
-    fn no_provider(&self, inv: &Invocation, reason: String) -> ClusterError {
+    pub(super) fn no_provider(&self, inv: &Invocation, reason: String) -> ClusterError {
         ClusterError::NoProvider {
             service: self.service.clone(),
             method: inv.method.clone(),
@@ -774,7 +773,7 @@ impl Inner {
     }
 
     /// The routed candidates of one attempt.
-    fn route(
+    pub(super) fn route(
         &self,
         inv: &Invocation,
         scope: Scope<'_>,
@@ -920,7 +919,7 @@ impl Inner {
         })
     }
 
-    fn select(
+    pub(super) fn select(
         &self,
         inv: &Invocation,
         scope: Scope<'_>,
@@ -933,7 +932,7 @@ impl Inner {
     }
 
     /// One attempt on one target under a timeout, recorded in its stats.
-    async fn attempt<T, F, Fut>(
+    pub(super) async fn attempt<T, F, Fut>(
         &self,
         inv: &Invocation,
         target: &Target,
@@ -987,7 +986,7 @@ impl Inner {
     }
 
     /// Whether a retry after `error` may go: retryable and within budget.
-    fn may_retry(
+    pub(super) fn may_retry(
         &self,
         inv: &Invocation,
         error: ClusterError,
@@ -1004,234 +1003,6 @@ impl Inner {
         }
         bump(&self.counters.retries);
         Ok(error)
-    }
-
-    async fn failover<T, F, Fut>(
-        &self,
-        inv: &Invocation,
-        call: &F,
-        retries: u32,
-        timeout: Duration,
-    ) -> Result<Outcome<T>, ClusterError>
-    where
-        F: Fn(Arc<Instance>) -> Fut,
-        Fut: Future<Output = Result<T, CallFailure>>,
-    {
-        let mut tried: Vec<Arc<Instance>> = Vec::new();
-        let mut last: Option<ClusterError> = None;
-        for attempt in 0..=retries {
-            let target = match self.select(inv, Scope::Any, &tried, Reuse::Allowed) {
-                Ok(t) => t,
-                // A retry that finds nothing reports what made it retry.
-                Err(e) => return Err(last.unwrap_or(e)),
-            };
-            tried.push(target.instance.clone());
-            match self
-                .attempt(inv, &target, call, timeout, Phase::Attempt)
-                .await
-            {
-                Ok(value) => {
-                    return Ok(Outcome::Answered {
-                        value,
-                        instance: target.instance,
-                        attempts: attempt + 1,
-                    })
-                }
-                Err(e) if attempt == retries => return Err(e),
-                Err(e) => last = Some(self.may_retry(inv, e)?),
-            }
-        }
-        Err(last.unwrap_or_else(|| self.no_provider(inv, "no attempt was made".into())))
-    }
-
-    async fn zone_aware<T, F, Fut>(
-        &self,
-        inv: &Invocation,
-        call: &F,
-        local_timeout: Duration,
-        cross_timeout: Duration,
-        local_retries: u32,
-    ) -> Result<Outcome<T>, ClusterError>
-    where
-        F: Fn(Arc<Instance>) -> Fut,
-        Fut: Future<Output = Result<T, CallFailure>>,
-    {
-        let zone = self.caller_zone(inv).map(str::to_owned);
-        let local_scope = zone.as_deref().map_or(Scope::Any, Scope::Local);
-        let mut tried: Vec<Arc<Instance>> = Vec::new();
-        let mut last = None;
-        for attempt in 0..=local_retries {
-            let target = match self.select(inv, local_scope, &tried, Reuse::Never) {
-                Ok(t) => t,
-                Err(e) => {
-                    last = Some(last.unwrap_or(e));
-                    break;
-                }
-            };
-            tried.push(target.instance.clone());
-            match self
-                .attempt(inv, &target, call, local_timeout, Phase::Local)
-                .await
-            {
-                Ok(value) => {
-                    return Ok(Outcome::Answered {
-                        value,
-                        instance: target.instance,
-                        attempts: attempt + 1,
-                    })
-                }
-                Err(e) if attempt == local_retries => last = Some(e),
-                Err(e) => last = Some(self.may_retry(inv, e)?),
-            }
-        }
-        let Some(error) = last else {
-            return Err(self.no_provider(inv, "no attempt was made".into()));
-        };
-        let Some(zone) = zone else {
-            return Err(error);
-        };
-        // Routers that left nothing local (a strict zone, a tag) are not a
-        // failure of the zone's instances; all of them ejected is.
-        if tried.is_empty() && !matches!(error, ClusterError::CircuitOpen { .. }) {
-            return Err(error);
-        }
-        let error = self.may_retry(inv, error)?;
-        let target = match self.select(inv, Scope::Across(&zone), &tried, Reuse::Never) {
-            Ok(t) => t,
-            Err(_) => return Err(error),
-        };
-        bump(&self.counters.cross_zone);
-        let attempts = tried.len() as u32 + 1;
-        self.attempt(inv, &target, call, cross_timeout, Phase::CrossZone)
-            .await
-            .map(|value| Outcome::Answered {
-                value,
-                instance: target.instance,
-                attempts,
-            })
-    }
-
-    async fn forking<T, F, Fut>(
-        &self,
-        inv: &Invocation,
-        call: &F,
-        parallel: usize,
-        timeout: Duration,
-    ) -> Result<Outcome<T>, ClusterError>
-    where
-        F: Fn(Arc<Instance>) -> Fut,
-        Fut: Future<Output = Result<T, CallFailure>>,
-    {
-        let mut chosen: Vec<Target> = Vec::new();
-        let mut tried: Vec<Arc<Instance>> = Vec::new();
-        while chosen.len() < parallel {
-            match self.select(inv, Scope::Any, &tried, Reuse::Never) {
-                Ok(t) => {
-                    tried.push(t.instance.clone());
-                    chosen.push(t);
-                }
-                Err(e) if chosen.is_empty() => return Err(e),
-                Err(_) => break,
-            }
-        }
-        let attempts = chosen.len() as u32;
-        let mut running: FuturesUnordered<_> = chosen
-            .iter()
-            .map(|t| async move { (t, self.attempt(inv, t, call, timeout, Phase::Attempt).await) })
-            .collect();
-        let mut last = None;
-        while let Some((target, result)) = running.next().await {
-            match result {
-                Ok(value) => {
-                    return Ok(Outcome::Answered {
-                        value,
-                        instance: target.instance.clone(),
-                        attempts,
-                    })
-                }
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last.unwrap_or_else(|| self.no_provider(inv, "no attempt was made".into())))
-    }
-
-    async fn broadcast<T, F, Fut>(
-        &self,
-        inv: &Invocation,
-        call: &F,
-        timeout: Duration,
-    ) -> Result<Outcome<T>, ClusterError>
-    where
-        F: Fn(Arc<Instance>) -> Fut,
-        Fut: Future<Output = Result<T, CallFailure>>,
-    {
-        let now = Instant::now();
-        let targets: Vec<Target> = self
-            .route(inv, Scope::Any, now)?
-            .into_iter()
-            .filter(|t| !t.stats.breaker().is_ejected(now))
-            .collect();
-        if targets.is_empty() {
-            return Err(ClusterError::CircuitOpen {
-                service: self.service.clone(),
-                method: inv.method.clone(),
-                open: 0,
-            });
-        }
-        let attempts = targets.len() as u32;
-        let results = futures_util::future::join_all(
-            targets
-                .iter()
-                .map(|t| self.attempt(inv, t, call, timeout, Phase::Attempt)),
-        )
-        .await;
-        let mut answer = None;
-        for (target, result) in targets.iter().zip(results) {
-            match result {
-                Ok(value) => {
-                    answer.get_or_insert((value, target.instance.clone()));
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        let (value, instance) =
-            answer.ok_or_else(|| self.no_provider(inv, "no attempt was made".into()))?;
-        Ok(Outcome::Answered {
-            value,
-            instance,
-            attempts,
-        })
-    }
-
-    async fn available<T, F, Fut>(
-        &self,
-        inv: &Invocation,
-        call: &F,
-        timeout: Duration,
-    ) -> Result<Outcome<T>, ClusterError>
-    where
-        F: Fn(Arc<Instance>) -> Fut,
-        Fut: Future<Output = Result<T, CallFailure>>,
-    {
-        let now = Instant::now();
-        let candidates = self.route(inv, Scope::Any, now)?;
-        let open = candidates.len();
-        let target = candidates
-            .into_iter()
-            .find(|t| t.stats.breaker().try_acquire(now))
-            .ok_or_else(|| ClusterError::CircuitOpen {
-                service: self.service.clone(),
-                method: inv.method.clone(),
-                open,
-            })?;
-        let value = self
-            .attempt(inv, &target, call, timeout, Phase::Attempt)
-            .await?;
-        Ok(Outcome::Answered {
-            value,
-            instance: target.instance,
-            attempts: 1,
-        })
     }
 }
 
