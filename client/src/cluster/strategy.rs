@@ -26,11 +26,11 @@ pub enum Strategy {
     /// One attempt; its failure is the call's.
     Failfast,
     /// One attempt; a failure is swallowed and reported as
-    /// [`Outcome::Ignored`](super::Outcome::Ignored).
+    /// [`Outcome::Ignored`].
     Failsafe,
     /// One attempt; a failure is queued for background retries (bounded:
     /// when the queue is full the failure is returned) and reported as
-    /// [`Outcome::Queued`](super::Outcome::Queued).
+    /// [`Outcome::Queued`].
     Failback {
         /// Retries waiting or running at most.
         queue: usize,
