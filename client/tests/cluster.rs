@@ -1042,3 +1042,46 @@ fn invalid_cluster_settings_are_refused_by_name() {
         assert!(err.to_string().contains("parallel"), "{err}");
     });
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_instance_arriving_after_the_first_list_warms_up_while_the_first_ones_are_warm() {
+    let script = Script::default();
+    // The directory starts empty (not ready yet); its first list is warm.
+    let (c, tx) = cluster(Cluster::builder(), Vec::new());
+    assert!(c
+        .invoke(Invocation::new("get"), script.call())
+        .await
+        .is_err());
+    tx.send(Arc::from(vec![
+        instance("10.0.0.1", "hz"),
+        instance("10.0.0.2", "hz"),
+    ]))
+    .unwrap();
+    let count = |c: Cluster, script: Script| async move {
+        let mut newcomer = 0;
+        for _ in 0..400 {
+            let out = c
+                .invoke(Invocation::new("get"), script.call())
+                .await
+                .unwrap();
+            if answered_by(&out) == "10.0.0.3" {
+                newcomer += 1;
+            }
+        }
+        newcomer
+    };
+    assert_eq!(count(c.clone(), script.clone()).await, 0);
+    tx.send(Arc::from(vec![
+        instance("10.0.0.1", "hz"),
+        instance("10.0.0.2", "hz"),
+        instance("10.0.0.3", "hz"),
+    ]))
+    .unwrap();
+    // Just arrived: about 1% of a full weight, so about 0.5% of calls.
+    let cold = count(c.clone(), script.clone()).await;
+    assert!(cold <= 8, "{cold}");
+    // Ten minutes later (Dubbo's default warm-up) it takes a third.
+    tokio::time::advance(Duration::from_secs(600)).await;
+    let warm = count(c.clone(), script.clone()).await;
+    assert!((100..170).contains(&warm), "{warm}");
+}

@@ -336,6 +336,9 @@ impl ClusterBuilder {
 /// The current targets and the statistics of every listed instance.
 #[derive(Debug, Default)]
 struct Table {
+    /// Whether a non-empty list was seen: instances in the first one count
+    /// as warm, later arrivals warm up.
+    seeded: bool,
     list: Option<Arc<[Instance]>>,
     targets: Arc<[Target]>,
     stats: HashMap<(String, u16, String), Arc<InstanceStats>>,
@@ -715,7 +718,8 @@ impl Inner {
         if table.list.as_ref().is_some_and(|l| Arc::ptr_eq(l, &list)) {
             return table.targets.clone();
         }
-        let first = table.stats.is_empty();
+        let first = !table.seeded;
+        table.seeded |= !list.is_empty();
         let mut stats = HashMap::with_capacity(list.len());
         let mut targets = Vec::with_capacity(list.len());
         for instance in list.iter() {

@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
-use super::invoker::{bump, Inner, Outcome, Reuse, Scope};
+use super::invoker::{bump, retryable, Inner, Outcome, Reuse, Scope};
 use super::{CallFailure, ClusterError, Invocation, Phase, Target};
 use crate::Instance;
 
@@ -176,6 +176,11 @@ impl Inner {
                     break;
                 }
             };
+            // A local retry is paid for only once there is an instance to
+            // retry on.
+            if let Some(e) = last.take() {
+                self.may_retry(inv, e)?;
+            }
             tried.push(target.instance.clone());
             match self
                 .attempt(inv, &target, call, local_timeout, Phase::Local)
@@ -188,8 +193,8 @@ impl Inner {
                         attempts: attempt + 1,
                     })
                 }
-                Err(e) if attempt == local_retries => last = Some(e),
-                Err(e) => last = Some(self.may_retry(inv, e)?),
+                Err(e) if !retryable(&e, inv.idempotency) => return Err(e),
+                Err(e) => last = Some(e),
             }
         }
         let Some(error) = last else {
