@@ -1085,3 +1085,65 @@ async fn an_instance_arriving_after_the_first_list_warms_up_while_the_first_ones
     let warm = count(c.clone(), script.clone()).await;
     assert!((100..170).contains(&warm), "{warm}");
 }
+
+/// A writer the fmt subscriber logs into, for reading spans back.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_call_span_carries_the_chosen_zone_the_reason_and_the_instance() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let script = Script::default();
+    let (c, tx) = cluster(
+        Cluster::builder()
+            .local_zone("hz")
+            .router(ZoneRouter::prefer_local()),
+        vec![instance("10.0.0.1", "hz"), instance("10.1.0.1", "sh")],
+    );
+    c.invoke(Invocation::new("get"), script.call())
+        .await
+        .unwrap();
+    tx.send(Arc::from(vec![instance("10.1.0.1", "sh")]))
+        .unwrap();
+    c.invoke(Invocation::new("get"), script.call())
+        .await
+        .unwrap();
+    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let spans: Vec<&str> = log.lines().filter(|l| l.contains("invoke{")).collect();
+    assert_eq!(spans.len(), 2, "{log}");
+    for (span, want) in spans.iter().zip([
+        [
+            "zone=\"hz\"",
+            "reason=\"local\"",
+            "instance=\"10.0.0.1:80\"",
+        ],
+        [
+            "zone=\"*\"",
+            "reason=\"local-zone-empty\"",
+            "instance=\"10.1.0.1:80\"",
+        ],
+    ]) {
+        for field in want {
+            assert!(span.contains(field), "{field} missing from {span}");
+        }
+        assert!(span.contains("strategy=\"failover\""), "{span}");
+    }
+}
