@@ -27,6 +27,7 @@ mod http;
 mod metrics;
 pub mod node;
 mod push;
+pub mod raft;
 mod sweeper;
 mod udp;
 mod writer;
