@@ -1,10 +1,12 @@
-//! Generates the Nacos gRPC code with protox, a protobuf compiler written
-//! in Rust, so no system protoc is needed.
+//! Generates the gRPC code (Nacos, the native API and the raft transport)
+//! with protox, a protobuf compiler written in Rust, so no system protoc is
+//! needed.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = [
         "proto/nacos_grpc_service.proto",
         "proto/understudy_v1.proto",
+        "proto/understudy_raft.proto",
     ];
     for file in files {
         println!("cargo:rerun-if-changed={file}");

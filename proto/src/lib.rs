@@ -13,7 +13,8 @@
 //!   input and strict on output.
 //! - [`native`]: understudy's own API (`understudy.v1`): watches that
 //!   never miss a change, and listings;
-//! - Later: the raft transport.
+//! - [`raft`]: the raft transport between nodes (`understudy.raft.v1`):
+//!   opaque payloads, so openraft's types never leak into the schema.
 
 pub mod nacos;
 pub mod nacos_rpc;
@@ -54,4 +55,12 @@ pub mod grpc {
     #![allow(missing_docs, unreachable_pub, non_camel_case_types)] // generated code
     #![allow(clippy::all, clippy::pedantic)] // generated code
     include!(concat!(env!("OUT_DIR"), "/_.rs"));
+}
+
+/// The raft transport between nodes (`understudy.raft.v1`): the `Raft`
+/// service and its opaque request and reply envelopes.
+pub mod raft {
+    #![allow(missing_docs, unreachable_pub)] // generated code
+    #![allow(clippy::all, clippy::pedantic)] // generated code
+    include!(concat!(env!("OUT_DIR"), "/understudy.raft.v1.rs"));
 }
