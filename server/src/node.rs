@@ -18,7 +18,7 @@ use crate::config::ValidConfig;
 use crate::writer::LocalWriter;
 
 /// Why a proposed command was not applied.
-#[derive(Debug, Error)]
+#[derive(Debug, Clone, Error)]
 pub enum ProposeError {
     /// The registry refused it; nothing changed.
     #[error(transparent)]
@@ -29,6 +29,13 @@ pub enum ProposeError {
     /// The node is shutting down.
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// The cluster cannot take the write now: no leader, or the leader is
+    /// unreachable from this node; `reason` names the leader if known.
+    #[error("the cluster cannot take this write now: {reason}")]
+    Unavailable {
+        /// What is wrong, naming the leader when one is known.
+        reason: String,
+    },
 }
 
 /// What an applied command did.
@@ -124,6 +131,23 @@ impl State {
         self.config_changes.subscribe()
     }
 
+    /// Replaces the registry with a snapshot (a raft snapshot install).
+    /// Liveness starts afresh; every subscriber of a service in the old or
+    /// the new registry is told, so pushes converge on the new state.
+    pub fn restore(&self, snapshot: understudy_core::RegistrySnapshot) {
+        let mut touched: Vec<understudy_core::ServiceKey> =
+            snapshot.services.iter().map(|s| s.key().clone()).collect();
+        {
+            let mut registry = self.registry.write().unwrap_or_else(|p| p.into_inner());
+            let options = registry.options().clone();
+            touched.extend(registry.snapshot().services.iter().map(|s| s.key().clone()));
+            *registry = Registry::restore(snapshot, options);
+        }
+        *self.liveness() = Liveness::new();
+        self.deadlines_moved.notify_one();
+        self.hub.changed(touched.iter());
+    }
+
     pub(crate) fn liveness(&self) -> MutexGuard<'_, Liveness> {
         self.liveness
             .lock()
@@ -193,6 +217,8 @@ struct Inner {
     state: Arc<State>,
     writer: Arc<dyn Propose>,
     udp: Option<Arc<crate::udp::UdpPush>>,
+    /// The raft handle of a replicated node.
+    raft: Option<crate::raft::Raft>,
 }
 
 impl std::fmt::Debug for Node {
@@ -229,10 +255,91 @@ impl Node {
                 state,
                 writer: Arc::new(writer),
                 udp,
+                raft: None,
             }),
         };
         tasks.spawn(crate::sweeper::run(node.clone(), cancel));
         node
+    }
+
+    /// Starts a node of a replicated cluster: its writes become raft
+    /// entries sent through `network`, followers forward them to the
+    /// leader through `forward`. The raft service itself is served by the
+    /// caller (see [`crate::raft::network`]); the cluster is formed by
+    /// initialising one member with all voters.
+    pub async fn start_replicated<N>(
+        config: ValidConfig,
+        clock: Clock,
+        tasks: &TaskTracker,
+        cancel: CancellationToken,
+        raft_config: openraft::Config,
+        network: N,
+        forward: Arc<dyn crate::raft::writer::Forward>,
+    ) -> Result<Node, crate::raft::StartError>
+    where
+        N: openraft::RaftNetworkFactory<crate::raft::TypeConfig>,
+    {
+        use crate::raft::store::{LogStore, StateMachine, Waiters};
+        let state = Arc::new(State::new(&config));
+        let waiters = Waiters::default();
+        let machine = StateMachine::new(config.node_id, state.clone(), clock, waiters.clone());
+        let raft_config = Arc::new(raft_config.validate()?);
+        let raft = crate::raft::Raft::new(
+            config.node_id,
+            raft_config,
+            network,
+            LogStore::default(),
+            machine,
+        )
+        .await?;
+        let writer = crate::raft::writer::RaftWriter::start(
+            raft.clone(),
+            config.node_id,
+            waiters,
+            forward,
+            &config,
+            tasks,
+            cancel.clone(),
+        );
+        let udp = match crate::udp::UdpPush::start(config.bind, tasks, cancel.clone()) {
+            Ok(udp) => Some(udp),
+            Err(e) => {
+                tracing::warn!(error = %e, "no UDP socket: v1 clients will not get pushes");
+                None
+            }
+        };
+        let node = Node {
+            inner: Arc::new(Inner {
+                config,
+                clock,
+                state,
+                writer: Arc::new(writer),
+                udp,
+                raft: Some(raft.clone()),
+            }),
+        };
+        tasks.spawn(crate::sweeper::run(node.clone(), cancel.clone()));
+        tasks.spawn(async move {
+            cancel.cancelled().await;
+            if let Err(e) = raft.shutdown().await {
+                tracing::warn!(error = %e, "raft did not stop cleanly");
+            }
+        });
+        Ok(node)
+    }
+
+    /// The raft handle, on a replicated node.
+    pub fn raft(&self) -> Option<&crate::raft::Raft> {
+        self.inner.raft.as_ref()
+    }
+
+    /// Whether this node drives liveness transitions: a single node
+    /// always, a replicated one while it leads.
+    pub fn leads(&self) -> bool {
+        match &self.inner.raft {
+            None => true,
+            Some(raft) => raft.metrics().borrow().current_leader == Some(self.inner.config.node_id),
+        }
     }
 
     /// The configuration.

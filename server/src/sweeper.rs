@@ -9,6 +9,16 @@ use crate::node::{Node, ProposeError};
 
 pub(crate) async fn run(node: Node, cancel: CancellationToken) {
     loop {
+        // Only the leader proposes transitions (beats reaching other
+        // nodes are not yet forwarded to it; see DESIGN "Liveness").
+        if !node.leads() {
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                () = node.deadlines_moved().notified() => {}
+                () = tokio::time::sleep(std::time::Duration::from_millis(500)) => {}
+            }
+            continue;
+        }
         let now = node.now();
         let transitions = node.state().liveness().due(now);
         for transition in transitions {
@@ -40,7 +50,7 @@ async fn propose(node: &Node, op: Op) {
         // A rejection means the transition went stale (the instance left
         // or moved); at shutdown the sweeper's own cancellation follows.
         Ok(_) | Err(ProposeError::Rejected(_) | ProposeError::ShuttingDown) => {}
-        Err(e @ ProposeError::Busy) => {
+        Err(e @ (ProposeError::Busy | ProposeError::Unavailable { .. })) => {
             // The transition stays due and is retried; back off a little so
             // an overloaded writer is not hammered.
             tracing::warn!(error = %e, "liveness transition not applied");

@@ -13,6 +13,7 @@
 //!
 //! Later: port-0 clusters, the fault-injecting network, real Nacos clients.
 
+pub mod cluster;
 pub mod nacos_grpc;
 
 use std::future::Future;

@@ -41,7 +41,7 @@ impl From<ProposeError> for Failure {
         let code = match &e {
             ProposeError::Rejected(_) => INVALID_PARAM,
             ProposeError::Busy => OVER_THRESHOLD,
-            ProposeError::ShuttingDown => SERVER_ERROR,
+            ProposeError::ShuttingDown | ProposeError::Unavailable { .. } => SERVER_ERROR,
         };
         Self {
             code,

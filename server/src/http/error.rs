@@ -192,12 +192,14 @@ impl From<ProposeError> for ApiError {
     fn from(error: ProposeError) -> Self {
         match error {
             ProposeError::Rejected(core) => core.into(),
-            ProposeError::Busy | ProposeError::ShuttingDown => Self::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                ErrorCode::ServerError,
-                None,
-                error.to_string(),
-            ),
+            ProposeError::Busy | ProposeError::ShuttingDown | ProposeError::Unavailable { .. } => {
+                Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    ErrorCode::ServerError,
+                    None,
+                    error.to_string(),
+                )
+            }
         }
     }
 }

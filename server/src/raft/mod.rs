@@ -73,6 +73,17 @@ openraft::declare_raft_types!(
         AsyncRuntime = openraft::TokioRuntime,
 );
 
+/// Why a replicated node did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The raft settings are inconsistent.
+    #[error("invalid raft settings: {0}")]
+    Config(#[from] openraft::ConfigError),
+    /// Raft could not start on its storage.
+    #[error("raft did not start: {0}")]
+    Raft(#[from] openraft::error::Fatal<NodeId>),
+}
+
 /// The raft handle.
 pub type Raft = openraft::Raft<TypeConfig>;
 

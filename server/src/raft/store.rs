@@ -1,1 +1,330 @@
-//! (being written)
+//! The raft log (in memory) and the state machine over the node's
+//! [`State`]. The state machine applies each committed batch through the
+//! core and hands the results to the node's own waiting proposer, if the
+//! batch came from this node; a snapshot is the registry's sorted snapshot
+//! with the last applied log id and membership, postcard behind the
+//! format byte. Nothing here talks to the network.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Debug;
+use std::io::Cursor;
+use std::ops::RangeBounds;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine, Snapshot};
+use openraft::{
+    Entry, EntryPayload, LogId, OptionalSend, RaftLogReader, RaftSnapshotBuilder, SnapshotMeta,
+    StorageError, StorageIOError, StoredMembership, Vote,
+};
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+use understudy_core::{Change, RegistrySnapshot};
+
+use super::codec;
+use super::{BatchApplied, Member, NodeId, TypeConfig};
+use crate::clock::Clock;
+use crate::node::State;
+
+/// The results of a batch's commands, in order.
+pub type Results = Vec<Result<Vec<Change>, understudy_core::Error>>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The raft log, vote and commit point, in memory.
+#[derive(Debug, Clone, Default)]
+pub struct LogStore {
+    inner: Arc<Mutex<LogInner>>,
+}
+
+#[derive(Debug, Default)]
+struct LogInner {
+    vote: Option<Vote<NodeId>>,
+    committed: Option<LogId<NodeId>>,
+    last_purged: Option<LogId<NodeId>>,
+    log: BTreeMap<u64, Entry<TypeConfig>>,
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry<TypeConfig>>, StorageError<NodeId>> {
+        Ok(lock(&self.inner)
+            .log
+            .range(range)
+            .map(|(_, e)| e.clone())
+            .collect())
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<NodeId>> {
+        let inner = lock(&self.inner);
+        let last = inner
+            .log
+            .values()
+            .next_back()
+            .map(|e| e.log_id)
+            .or(inner.last_purged);
+        Ok(LogState {
+            last_purged_log_id: inner.last_purged,
+            last_log_id: last,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
+        lock(&self.inner).vote = Some(*vote);
+        Ok(())
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
+        Ok(lock(&self.inner).vote)
+    }
+
+    async fn save_committed(
+        &mut self,
+        committed: Option<LogId<NodeId>>,
+    ) -> Result<(), StorageError<NodeId>> {
+        lock(&self.inner).committed = committed;
+        Ok(())
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
+        Ok(lock(&self.inner).committed)
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError<NodeId>>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        {
+            let mut inner = lock(&self.inner);
+            for entry in entries {
+                inner.log.insert(entry.log_id.index, entry);
+            }
+        }
+        // In memory, written is flushed.
+        callback.log_io_completed(Ok(()));
+        Ok(())
+    }
+
+    async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        lock(&self.inner).log.split_off(&log_id.index);
+        Ok(())
+    }
+
+    async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        let mut inner = lock(&self.inner);
+        inner.last_purged = Some(log_id);
+        inner.log = inner.log.split_off(&(log_id.index + 1));
+        Ok(())
+    }
+}
+
+/// Proposers of this node waiting for their batch's results, by sequence.
+#[derive(Debug, Clone, Default)]
+pub struct Waiters {
+    inner: Arc<Mutex<HashMap<u64, oneshot::Sender<Results>>>>,
+}
+
+impl Waiters {
+    /// Waits for batch `seq`; register before proposing it.
+    pub fn register(&self, seq: u64) -> oneshot::Receiver<Results> {
+        let (tx, rx) = oneshot::channel();
+        lock(&self.inner).insert(seq, tx);
+        rx
+    }
+
+    /// Gives up on batch `seq` (its proposal failed).
+    pub fn forget(&self, seq: u64) {
+        lock(&self.inner).remove(&seq);
+    }
+
+    fn deliver(&self, seq: u64, results: Results) {
+        if let Some(tx) = lock(&self.inner).remove(&seq) {
+            // The caller may have given up; the write stands.
+            let _ = tx.send(results);
+        }
+    }
+}
+
+/// The snapshot's content.
+#[derive(Debug, Serialize, Deserialize)]
+struct SnapshotBody {
+    last_applied: Option<LogId<NodeId>>,
+    membership: StoredMembership<NodeId, Member>,
+    registry: RegistrySnapshot,
+}
+
+#[derive(Debug, Clone)]
+struct StoredSnapshot {
+    meta: SnapshotMeta<NodeId, Member>,
+    bytes: Arc<Vec<u8>>,
+}
+
+/// The state machine: the node's applied state, fed by committed entries.
+#[derive(Debug)]
+pub struct StateMachine {
+    node_id: NodeId,
+    state: Arc<State>,
+    clock: Clock,
+    waiters: Waiters,
+    last_applied: Option<LogId<NodeId>>,
+    membership: StoredMembership<NodeId, Member>,
+    current: Arc<Mutex<Option<StoredSnapshot>>>,
+    snapshots_built: u64,
+}
+
+impl StateMachine {
+    /// A state machine over `state`, handing this node's results to
+    /// `waiters`.
+    pub fn new(node_id: NodeId, state: Arc<State>, clock: Clock, waiters: Waiters) -> Self {
+        Self {
+            node_id,
+            state,
+            clock,
+            waiters,
+            last_applied: None,
+            membership: StoredMembership::default(),
+            current: Arc::new(Mutex::new(None)),
+            snapshots_built: 0,
+        }
+    }
+}
+
+fn io_error(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
+    StorageError::IO {
+        source: StorageIOError::read_snapshot(None, &e),
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId<NodeId>>, StoredMembership<NodeId, Member>), StorageError<NodeId>>
+    {
+        Ok((self.last_applied, self.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<BatchApplied>, StorageError<NodeId>>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut answers = Vec::new();
+        for entry in entries {
+            self.last_applied = Some(entry.log_id);
+            match entry.payload {
+                EntryPayload::Blank => answers.push(BatchApplied::default()),
+                EntryPayload::Normal(batch) => {
+                    let results = self.state.apply(&batch.commands, self.clock.now());
+                    answers.push(BatchApplied {
+                        commands: results.len(),
+                    });
+                    if batch.origin == self.node_id {
+                        self.waiters.deliver(batch.seq, results);
+                    }
+                }
+                EntryPayload::Membership(m) => {
+                    self.membership = StoredMembership::new(Some(entry.log_id), m);
+                    answers.push(BatchApplied::default());
+                }
+            }
+        }
+        Ok(answers)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.snapshots_built += 1;
+        // Taken here, between applies, so the registry, the applied log id
+        // and the membership agree; copying it costs one Arc per service.
+        SnapshotBuilder {
+            body: Some(SnapshotBody {
+                last_applied: self.last_applied,
+                membership: self.membership.clone(),
+                registry: self.state.registry().snapshot(),
+            }),
+            id: self.snapshots_built,
+            current: self.current.clone(),
+        }
+    }
+
+    async fn begin_receiving_snapshot(
+        &mut self,
+    ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<NodeId, Member>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError<NodeId>> {
+        let bytes = snapshot.into_inner();
+        let body: SnapshotBody = codec::decode(&bytes).map_err(io_error)?;
+        self.state.restore(body.registry);
+        self.last_applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
+        *lock(&self.current) = Some(StoredSnapshot {
+            meta: meta.clone(),
+            bytes: Arc::new(bytes),
+        });
+        Ok(())
+    }
+
+    async fn get_current_snapshot(
+        &mut self,
+    ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
+        Ok(lock(&self.current).clone().map(|s| Snapshot {
+            meta: s.meta,
+            snapshot: Box::new(Cursor::new(s.bytes.as_ref().clone())),
+        }))
+    }
+}
+
+/// Builds one snapshot from the state captured when it was asked for.
+#[derive(Debug)]
+pub struct SnapshotBuilder {
+    body: Option<SnapshotBody>,
+    id: u64,
+    current: Arc<Mutex<Option<StoredSnapshot>>>,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
+        let Some(body) = self.body.take() else {
+            return Err(io_error(std::io::Error::other(
+                "a snapshot builder builds once",
+            )));
+        };
+        let bytes = codec::encode(&body).map_err(io_error)?;
+        let meta = SnapshotMeta {
+            last_log_id: body.last_applied,
+            last_membership: body.membership,
+            snapshot_id: format!("{}-{}", body.last_applied.map_or(0, |l| l.index), self.id),
+        };
+        *lock(&self.current) = Some(StoredSnapshot {
+            meta: meta.clone(),
+            bytes: Arc::new(bytes.clone()),
+        });
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(bytes)),
+        })
+    }
+}

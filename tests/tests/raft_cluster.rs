@@ -1,0 +1,155 @@
+//! A replicated cluster in one process, over real raft RPCs on port 0
+//! with injected link faults: writes through any node, a leader cut off
+//! from its majority, and a node joining by snapshot.
+
+use std::time::Duration;
+
+use understudy_core::{InstanceSpec, Op, Owner, ServiceKey};
+use understudy_server::config::Settings;
+use understudy_server::ProposeError;
+use understudy_tests::cluster::TestCluster;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn service() -> ServiceKey {
+    ServiceKey::parse("", "", "com.example.Orders").expect("a valid key")
+}
+
+fn register(port: u16) -> Op {
+    Op::Register {
+        service: service(),
+        owner: Owner::Persistent {
+            ip: "10.0.0.1".into(),
+            port,
+        },
+        instances: vec![InstanceSpec::new("10.0.0.1", port)],
+    }
+}
+
+fn instances_on(cluster: &TestCluster, id: u64) -> usize {
+    cluster
+        .node(id)
+        .registry()
+        .service(&service())
+        .map_or(0, |s| s.instances().len())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registration_sent_to_a_follower_is_visible_on_every_node() -> anyhow::Result<()> {
+    let cluster = TestCluster::start(3, Settings::default()).await?;
+    let leader = cluster.leader(WAIT).await?;
+    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+    let applied = cluster.node(follower).propose(register(8080)).await?;
+    assert_eq!(applied.changes.len(), 2, "{applied:?}");
+    // Read-your-writes on the node that answered.
+    assert_eq!(instances_on(&cluster, follower), 1);
+    let index = cluster.last_applied(follower);
+    cluster.applied(&[1, 2, 3], index, WAIT).await?;
+    for id in 1..=3 {
+        assert_eq!(instances_on(&cluster, id), 1, "node {id}");
+    }
+    // A refused command is refused on the node that forwarded it.
+    let refused = cluster
+        .node(follower)
+        .propose(Op::DeleteService {
+            service: ServiceKey::parse("", "", "missing")?,
+        })
+        .await;
+    assert!(
+        matches!(refused, Err(ProposeError::Rejected(_))),
+        "{refused:?}"
+    );
+    cluster.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_loses_to_the_majority_and_everyone_converges_after_healing(
+) -> anyhow::Result<()> {
+    let cluster = TestCluster::start(3, Settings::default()).await?;
+    let old = cluster.leader(WAIT).await?;
+    cluster.node(old).propose(register(1)).await?;
+    let rest: Vec<u64> = (1..=3).filter(|id| *id != old).collect();
+    for id in &rest {
+        cluster.faults.cut(old, *id);
+    }
+    let new = cluster.leader_among(&rest, WAIT).await?;
+    assert_ne!(new, old);
+    // The majority keeps taking writes, through either of its nodes.
+    for (k, id) in rest.iter().enumerate() {
+        cluster.node(*id).propose(register(10 + k as u16)).await?;
+    }
+    // The minority cannot commit: a clear unavailable error, not a hang.
+    let refused = cluster.node(old).propose(register(99)).await;
+    match refused {
+        Err(ProposeError::Unavailable { reason }) => {
+            assert!(!reason.is_empty());
+        }
+        other => panic!("the cut-off node answered {other:?}"),
+    }
+    cluster.faults.heal_all();
+    cluster.leader(WAIT).await?;
+    let index = rest
+        .iter()
+        .map(|id| cluster.last_applied(*id))
+        .max()
+        .unwrap_or(0);
+    cluster.applied(&[1, 2, 3], index, WAIT).await?;
+    let snapshots: Vec<_> = (1..=3)
+        .map(|id| cluster.node(id).registry().snapshot())
+        .collect();
+    assert_eq!(snapshots[0], snapshots[1]);
+    assert_eq!(snapshots[1], snapshots[2]);
+    // Ports 1, 10 and 11 were acknowledged; 99 was refused and, its entry
+    // overwritten by the new leader's term, never applied.
+    let ports: Vec<u16> = cluster
+        .node(1)
+        .registry()
+        .service(&service())
+        .map(|s| s.instances().map(|i| i.port).collect())
+        .unwrap_or_default();
+    assert_eq!(ports, vec![1, 10, 11]);
+    cluster.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_node_joins_and_catches_up_by_snapshot() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start(3, Settings::default()).await?;
+    let leader = cluster.leader(WAIT).await?;
+    for port in 0..20 {
+        cluster.node(leader).propose(register(port)).await?;
+    }
+    // Snapshot and purge the log, so the newcomer cannot replay it.
+    let raft = cluster.node(leader).raft().expect("replicated").clone();
+    raft.trigger().snapshot().await?;
+    let index = cluster.last_applied(leader);
+    raft.wait(Some(WAIT))
+        .metrics(
+            |m| m.snapshot.is_some_and(|s| s.index >= index),
+            "snapshot built",
+        )
+        .await?;
+    raft.trigger().purge_log(index).await?;
+    cluster.add_node(4).await?;
+    let member = cluster.members[&4].clone();
+    raft.add_learner(4, member, true).await?;
+    cluster.applied(&[4], index, WAIT).await?;
+    assert_eq!(
+        cluster.node(4).registry().snapshot(),
+        cluster.node(leader).registry().snapshot()
+    );
+    let metrics = cluster
+        .node(4)
+        .raft()
+        .expect("replicated")
+        .metrics()
+        .borrow()
+        .clone();
+    assert!(
+        metrics.snapshot.is_some_and(|s| s.index > 0),
+        "caught up without a snapshot: {metrics:?}"
+    );
+    cluster.shutdown().await;
+    Ok(())
+}
