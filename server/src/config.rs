@@ -189,6 +189,24 @@ pub struct Settings {
     /// How long shutdown waits for requests and tasks to finish, ms [default: 5000].
     #[arg(long, env = "UNDERSTUDY_SHUTDOWN_GRACE_MS")]
     pub shutdown_grace_ms: Option<u64>,
+    /// Raft port: replication between nodes, never client traffic [default: 7848].
+    #[arg(long, env = "UNDERSTUDY_RAFT_PORT")]
+    pub raft_port: Option<u16>,
+    /// `HOST:PORT` the other members reach this node's raft port at [default: BIND:RAFT_PORT].
+    #[arg(long, env = "UNDERSTUDY_RAFT_ADVERTISE")]
+    pub raft_advertise: Option<String>,
+    /// Another member of the cluster, `ID=HOST:RAFT_PORT` or `ID=HOST:RAFT_PORT@DC`; repeat for each. None: a single node.
+    #[arg(long = "peer", env = "UNDERSTUDY_PEERS", value_delimiter = ',')]
+    pub peers: Option<Vec<String>>,
+    /// Shared secret every raft call must carry; set the same on every node (or UNDERSTUDY_CLUSTER_SECRET).
+    #[arg(long, env = "UNDERSTUDY_CLUSTER_SECRET", hide_env_values = true)]
+    pub cluster_secret: Option<String>,
+    /// Raft heartbeat period, ms [default: 100].
+    #[arg(long, env = "UNDERSTUDY_RAFT_HEARTBEAT_MS")]
+    pub raft_heartbeat_ms: Option<u64>,
+    /// A follower hearing no leader for this long (up to twice it) starts an election, ms [default: 1000].
+    #[arg(long, env = "UNDERSTUDY_RAFT_ELECTION_TIMEOUT_MS")]
+    pub raft_election_timeout_ms: Option<u64>,
 }
 
 macro_rules! layer {
@@ -233,6 +251,12 @@ impl Settings {
             max_config_bytes,
             long_poll_floor_ms,
             shutdown_grace_ms,
+            raft_port,
+            raft_advertise,
+            peers,
+            cluster_secret,
+            raft_heartbeat_ms,
+            raft_election_timeout_ms,
         )
     }
 
@@ -296,6 +320,59 @@ pub struct ValidConfig {
     pub long_poll_floor: Duration,
     /// Shutdown grace period.
     pub shutdown_grace: Duration,
+    /// Replication settings.
+    pub cluster: ClusterConfig,
+}
+
+/// Replication settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// The raft port.
+    pub raft_port: u16,
+    /// Where the other members reach this node's raft port.
+    pub advertise: String,
+    /// The other members, by id (empty: a single node).
+    pub peers: std::collections::BTreeMap<u64, crate::raft::Member>,
+    /// The shared secret, if any.
+    pub secret: Option<String>,
+    /// Heartbeat period, ms.
+    pub heartbeat_ms: u64,
+    /// Shortest election timeout, ms (the longest is twice it).
+    pub election_timeout_ms: u64,
+}
+
+/// Parses `ID=HOST:PORT` or `ID=HOST:PORT@DC`.
+fn parse_peer(text: &str, own_id: u64) -> Result<(u64, crate::raft::Member), ConfigError> {
+    let bad = |why: String| invalid("peer", format!("'{text}' {why}"));
+    let (id, rest) = text
+        .split_once('=')
+        .ok_or_else(|| bad("is not ID=HOST:RAFT_PORT".into()))?;
+    let id: u64 = id
+        .trim()
+        .parse()
+        .ok()
+        .filter(|id| *id > 0)
+        .ok_or_else(|| bad("needs a positive node id before '='".into()))?;
+    if id == own_id {
+        return Err(bad(format!("names this node's own id {own_id}")));
+    }
+    let (address, dc) = match rest.rsplit_once('@') {
+        Some((address, dc)) if !dc.is_empty() => (address.trim(), dc.trim()),
+        _ => (rest.trim(), ""),
+    };
+    let (host, port) = address
+        .rsplit_once(':')
+        .ok_or_else(|| bad("needs HOST:RAFT_PORT after '='".into()))?;
+    if host.is_empty() || port.parse::<u16>().ok().filter(|p| *p > 0).is_none() {
+        return Err(bad("needs a host and a port 1..=65535".into()));
+    }
+    Ok((
+        id,
+        crate::raft::Member {
+            raft_addr: address.to_owned(),
+            dc: dc.to_owned(),
+        },
+    ))
 }
 
 /// Push and connection settings of the gRPC API, in ms where a time.
@@ -416,11 +493,71 @@ impl ValidConfig {
                 10 << 20,
             )?,
         };
+        let node_id = positive("node_id", s.node_id, 1)?;
+        let mut peers = std::collections::BTreeMap::new();
+        for text in s.peers.iter().flatten().filter(|p| !p.trim().is_empty()) {
+            let (id, member) = parse_peer(text, node_id)?;
+            if peers.insert(id, member).is_some() {
+                return Err(invalid("peer", format!("node id {id} is given twice")));
+            }
+        }
+        let secret = s.cluster_secret.filter(|secret| !secret.is_empty());
+        if let Some(secret) = &secret {
+            if !secret.chars().all(|c| c.is_ascii_graphic()) {
+                return Err(invalid(
+                    "cluster_secret",
+                    "must be visible ASCII characters without spaces",
+                ));
+            }
+        }
+        let heartbeat_ms = positive("raft_heartbeat_ms", s.raft_heartbeat_ms, 100)?;
+        let election_timeout_ms = positive(
+            "raft_election_timeout_ms",
+            s.raft_election_timeout_ms,
+            1_000,
+        )?;
+        if election_timeout_ms <= heartbeat_ms {
+            return Err(invalid(
+                "raft_election_timeout_ms",
+                "must be longer than raft_heartbeat_ms",
+            ));
+        }
+        let bind = s.bind.unwrap_or(IpAddr::from([127, 0, 0, 1]));
+        let raft_port = s.raft_port.unwrap_or(7848);
+        let advertise = match s.raft_advertise {
+            Some(address) => {
+                let fine = address
+                    .rsplit_once(':')
+                    .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0));
+                if !fine {
+                    return Err(invalid(
+                        "raft_advertise",
+                        format!("'{address}' is not HOST:PORT"),
+                    ));
+                }
+                address
+            }
+            None if bind.is_unspecified() && !peers.is_empty() => {
+                return Err(invalid(
+                    "raft_advertise",
+                    format!("bind {bind} is no address peers can reach; set raft_advertise"),
+                ))
+            }
+            None => std::net::SocketAddr::new(bind, raft_port).to_string(),
+        };
+        let cluster = ClusterConfig {
+            raft_port,
+            advertise,
+            peers,
+            secret,
+            heartbeat_ms,
+            election_timeout_ms,
+        };
         Ok(Self {
-            bind: s.bind.unwrap_or(IpAddr::from([127, 0, 0, 1])),
+            bind,
             http_port,
             grpc_port,
-            node_id: positive("node_id", s.node_id, 1)?,
+            node_id,
             dc,
             log,
             registry,
@@ -435,6 +572,7 @@ impl ValidConfig {
             watch_buffer: positive("watch_buffer", s.watch_buffer, 1024)?,
             long_poll_floor: Duration::from_millis(s.long_poll_floor_ms.unwrap_or(10_000)),
             shutdown_grace: Duration::from_millis(s.shutdown_grace_ms.unwrap_or(5_000)),
+            cluster,
         })
     }
 }
@@ -524,6 +662,41 @@ mod tests {
                 other => panic!("{key}: expected an error, got {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn peers_parse_with_an_optional_dc_and_bad_ones_are_refused_by_name() {
+        let with = |peers: &[&str]| {
+            ValidConfig::from_settings(Settings {
+                node_id: Some(1),
+                peers: Some(peers.iter().map(|p| (*p).to_owned()).collect()),
+                ..Settings::default()
+            })
+        };
+        let config = with(&["2=10.0.0.2:7848@hz", "3=node-3:7849"]).unwrap();
+        let peers: Vec<_> = config
+            .cluster
+            .peers
+            .iter()
+            .map(|(id, m)| (*id, m.raft_addr.as_str(), m.dc.as_str()))
+            .collect();
+        assert_eq!(peers, [(2, "10.0.0.2:7848", "hz"), (3, "node-3:7849", "")]);
+        for bad in [
+            "2",
+            "x=10.0.0.2:7848",
+            "0=10.0.0.2:7848",
+            "1=10.0.0.1:7848",
+            "2=10.0.0.2",
+            "2=:7848",
+            "2=10.0.0.2:0",
+        ] {
+            let err = with(&[bad]).unwrap_err().to_string();
+            assert!(err.contains("peer"), "{bad}: {err}");
+        }
+        let err = with(&["2=a:1", "2=b:1"]).unwrap_err().to_string();
+        assert!(err.contains("given twice"), "{err}");
+        assert!(ValidConfig::default().cluster.peers.is_empty());
+        assert_eq!(ValidConfig::default().cluster.raft_port, 7848);
     }
 
     #[test]

@@ -51,6 +51,8 @@ pub struct Listeners {
     pub http: TcpListener,
     /// The gRPC port.
     pub grpc: TcpListener,
+    /// The raft port, for a node with peers.
+    pub raft: Option<TcpListener>,
 }
 
 impl Listeners {
@@ -58,7 +60,12 @@ impl Listeners {
     pub async fn bind(config: &ValidConfig) -> std::io::Result<Self> {
         let http = TcpListener::bind(SocketAddr::new(config.bind, config.http_port)).await?;
         let grpc = TcpListener::bind(SocketAddr::new(config.bind, config.grpc_port)).await?;
-        Ok(Self { http, grpc })
+        let raft = if config.cluster.peers.is_empty() {
+            None
+        } else {
+            Some(TcpListener::bind(SocketAddr::new(config.bind, config.cluster.raft_port)).await?)
+        };
+        Ok(Self { http, grpc, raft })
     }
 }
 
@@ -73,7 +80,17 @@ pub async fn run(
     let grace = config.shutdown_grace;
     let tasks = TaskTracker::new();
     let cancel = CancellationToken::new();
-    let node = Node::start(config, Clock::system(), &tasks, cancel.clone());
+    let node = match listeners.raft {
+        None if config.cluster.peers.is_empty() => {
+            Node::start(config, Clock::system(), &tasks, cancel.clone())
+        }
+        None => {
+            return Err(std::io::Error::other(
+                "a node with peers needs its raft port bound",
+            ))
+        }
+        Some(raft) => raft::start_member(config, raft, &tasks, cancel.clone()).await?,
+    };
     let address = listeners.http.local_addr()?;
     let grpc_address = listeners.grpc.local_addr()?;
     tracing::info!(http = %address, grpc = %grpc_address, node = node.config().node_id, dc = %node.config().dc, "serving the Nacos HTTP and gRPC APIs");

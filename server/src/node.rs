@@ -333,6 +333,26 @@ impl Node {
         self.inner.raft.as_ref()
     }
 
+    /// This node's view of the cluster.
+    pub fn cluster_status(&self) -> crate::raft::ClusterStatus {
+        let revision = self.registry().revision();
+        let config = &self.inner.config;
+        match &self.inner.raft {
+            Some(raft) => crate::raft::ClusterStatus::of(raft, &config.dc, revision),
+            None => crate::raft::ClusterStatus {
+                node_id: config.node_id,
+                dc: config.dc.clone(),
+                role: "single".into(),
+                term: 0,
+                leader: Some(config.node_id),
+                last_applied: revision,
+                last_log: revision,
+                revision,
+                members: Vec::new(),
+            },
+        }
+    }
+
     /// Whether this node drives liveness transitions: a single node
     /// always, a replicated one while it leads.
     pub fn leads(&self) -> bool {

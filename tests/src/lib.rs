@@ -261,7 +261,15 @@ impl Server {
                 grpc_port: Some(grpc_port),
                 ..settings.clone()
             })?;
-            return Self::serve(config, Listeners { http, grpc }).await;
+            return Self::serve(
+                config,
+                Listeners {
+                    http,
+                    grpc,
+                    raft: None,
+                },
+            )
+            .await;
         }
         anyhow::bail!("no free port pair (P, P + 1000) found")
     }

@@ -157,6 +157,7 @@ pub fn router(node: Node) -> Router {
         .route("/nacos/v1/console/health/readiness", get(ops::ok_text))
         .route("/nacos/v1/core/cluster/nodes", get(ops::cluster_nodes))
         .route("/nacos/v1/core/cluster/health", get(ops::cluster_health))
+        .route("/understudy/v1/cluster", get(ops::cluster_status))
         .route("/health", get(ops::health))
         .route("/ready", get(ops::ready))
         .route("/metrics", get(ops::metrics))

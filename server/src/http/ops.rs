@@ -178,6 +178,11 @@ pub(crate) async fn cluster_nodes(State(node): State<Node>) -> Response {
     .into_response()
 }
 
+/// `GET /understudy/v1/cluster`: this node's view of the cluster.
+pub(crate) async fn cluster_status(State(node): State<Node>) -> Response {
+    Json(node.cluster_status()).into_response()
+}
+
 pub(crate) async fn cluster_health() -> Response {
     Json(ConsoleResult::ok("UP")).into_response()
 }

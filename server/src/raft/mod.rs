@@ -89,3 +89,169 @@ pub type Raft = openraft::Raft<TypeConfig>;
 
 /// Static membership: every member by id.
 pub type Members = BTreeMap<NodeId, Member>;
+
+/// A member as the cluster status shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberStatus {
+    /// Node id.
+    pub id: NodeId,
+    /// Datacenter label.
+    pub dc: String,
+    /// Raft address.
+    pub raft_addr: String,
+    /// Whether it votes (else a learner).
+    pub voter: bool,
+    /// The last log index the leader knows it holds (leader only).
+    pub matched: Option<u64>,
+}
+
+/// One node's view of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterStatus {
+    /// This node's id.
+    pub node_id: NodeId,
+    /// This node's datacenter.
+    pub dc: String,
+    /// `leader`, `follower`, `candidate`, `learner`, `shutdown`, or
+    /// `single` for a node without replication.
+    pub role: String,
+    /// The current term.
+    pub term: u64,
+    /// The leader this node knows of.
+    pub leader: Option<NodeId>,
+    /// The last log index applied here.
+    pub last_applied: u64,
+    /// The last log index held here.
+    pub last_log: u64,
+    /// The registry revision applied here.
+    pub revision: u64,
+    /// Every member.
+    pub members: Vec<MemberStatus>,
+}
+
+impl ClusterStatus {
+    /// The status from raft's metrics.
+    pub fn of(raft: &Raft, dc: &str, revision: u64) -> Self {
+        let m = raft.metrics().borrow().clone();
+        let membership = m.membership_config.membership();
+        let voters: std::collections::BTreeSet<NodeId> = membership.voter_ids().collect();
+        let members = membership
+            .nodes()
+            .map(|(id, member)| MemberStatus {
+                id: *id,
+                dc: member.dc.clone(),
+                raft_addr: member.raft_addr.clone(),
+                voter: voters.contains(id),
+                matched: m
+                    .replication
+                    .as_ref()
+                    .and_then(|r| r.get(id).copied().flatten())
+                    .map(|l| l.index)
+                    .or_else(|| (*id == m.id).then(|| m.last_log_index.unwrap_or(0))),
+            })
+            .collect();
+        let role = match m.state {
+            openraft::ServerState::Leader => "leader",
+            openraft::ServerState::Follower => "follower",
+            openraft::ServerState::Candidate => "candidate",
+            openraft::ServerState::Learner => "learner",
+            openraft::ServerState::Shutdown => "shutdown",
+        };
+        Self {
+            node_id: m.id,
+            dc: dc.to_owned(),
+            role: role.to_owned(),
+            term: m.current_term,
+            leader: m.current_leader,
+            last_applied: m.last_applied.map_or(0, |l| l.index),
+            last_log: m.last_log_index.unwrap_or(0),
+            revision,
+            members,
+        }
+    }
+}
+
+/// Starts this node as a member of the configured cluster: its raft
+/// service on `listener`, the other members from the config; the member
+/// with the lowest id forms the cluster (doing so again after a restart is
+/// refused by raft and harmless).
+pub async fn start_member(
+    config: crate::ValidConfig,
+    listener: tokio::net::TcpListener,
+    tasks: &tokio_util::task::TaskTracker,
+    cancel: tokio_util::sync::CancellationToken,
+) -> std::io::Result<crate::Node> {
+    use std::sync::Arc;
+
+    use network::{ClusterSecret, LinkFaults, Network, NetworkOptions};
+
+    let id = config.node_id;
+    let cluster = config.cluster.clone();
+    let secret = match &cluster.secret {
+        Some(s) => Some(ClusterSecret::new(s).map_err(|e| std::io::Error::other(e.to_string()))?),
+        None => None,
+    };
+    let faults = LinkFaults::new(id);
+    let network = Network::new(
+        id,
+        faults.clone(),
+        NetworkOptions {
+            secret: secret.clone(),
+            ..NetworkOptions::default()
+        },
+    );
+    let raft_config = openraft::Config {
+        cluster_name: "understudy".into(),
+        heartbeat_interval: cluster.heartbeat_ms,
+        election_timeout_min: cluster.election_timeout_ms,
+        election_timeout_max: cluster.election_timeout_ms * 2,
+        ..openraft::Config::default()
+    };
+    let mut members: Members = cluster.peers.clone();
+    members.insert(
+        id,
+        Member {
+            raft_addr: cluster.advertise.clone(),
+            dc: config.dc.clone(),
+        },
+    );
+    let node = crate::Node::start_replicated(
+        config,
+        crate::Clock::system(),
+        tasks,
+        cancel.clone(),
+        raft_config,
+        network.clone(),
+        Arc::new(network),
+    )
+    .await
+    .map_err(std::io::Error::other)?;
+    let raft = node
+        .raft()
+        .cloned()
+        .ok_or_else(|| std::io::Error::other("no raft"))?;
+    let address = listener.local_addr()?;
+    let service = network::service(raft.clone(), id, faults, secret);
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let stop = cancel.clone();
+    tasks.spawn(async move {
+        if let Err(e) = tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
+            .await
+        {
+            tracing::error!(error = %e, "raft service failed");
+        }
+    });
+    tracing::info!(raft = %address, node = id, peers = ?cluster.peers.keys().collect::<Vec<_>>(), "serving raft");
+    if members.keys().next() == Some(&id) {
+        match raft.initialize(members).await {
+            Ok(()) => tracing::info!("formed the cluster"),
+            // Already formed (a restart, or another member did).
+            Err(e) => tracing::debug!(error = %e, "cluster not initialised by this node"),
+        }
+    }
+    Ok(node)
+}
