@@ -30,7 +30,6 @@ mod push;
 pub mod raft;
 mod sweeper;
 mod udp;
-mod writer;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -83,6 +82,8 @@ pub async fn run(
     let node = match listeners.raft {
         None if config.cluster.peers.is_empty() => {
             Node::start(config, Clock::system(), &tasks, cancel.clone())
+                .await
+                .map_err(std::io::Error::other)?
         }
         None => {
             return Err(std::io::Error::other(

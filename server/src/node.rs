@@ -15,7 +15,6 @@ use understudy_core::{BeatOutcome, Change, Command, LiveKey, Liveness, Millis, O
 
 use crate::clock::Clock;
 use crate::config::ValidConfig;
-use crate::writer::LocalWriter;
 
 /// Why a proposed command was not applied.
 #[derive(Debug, Clone, Error)]
@@ -231,35 +230,44 @@ impl std::fmt::Debug for Node {
 }
 
 impl Node {
-    /// Starts a single in-memory node: its writer and liveness sweeper run
-    /// on `tasks` until `cancel` fires.
-    pub fn start(
+    /// Starts a single in-memory node: a one-member raft cluster on the
+    /// same code path as a replicated one, formed at once. Its writer,
+    /// sweeper and raft run on `tasks` until `cancel` fires.
+    pub async fn start(
         config: ValidConfig,
         clock: Clock,
         tasks: &TaskTracker,
         cancel: CancellationToken,
-    ) -> Node {
-        let state = Arc::new(State::new(&config));
-        let writer = LocalWriter::start(&config, clock, state.clone(), tasks, cancel.clone());
-        let udp = match crate::udp::UdpPush::start(config.bind, tasks, cancel.clone()) {
-            Ok(udp) => Some(udp),
-            Err(e) => {
-                tracing::warn!(error = %e, "no UDP socket: v1 clients will not get pushes");
-                None
-            }
+    ) -> Result<Node, crate::raft::StartError> {
+        use crate::raft::network::{LinkFaults, Network, NetworkOptions};
+        let id = config.node_id;
+        let me = crate::raft::Member {
+            raft_addr: config.cluster.advertise.clone(),
+            dc: config.dc.clone(),
         };
-        let node = Node {
-            inner: Arc::new(Inner {
-                config,
-                clock,
-                state,
-                writer: Arc::new(writer),
-                udp,
-                raft: None,
-            }),
-        };
-        tasks.spawn(crate::sweeper::run(node.clone(), cancel));
-        node
+        let cluster = config.cluster.clone();
+        // A single member never calls out; the network is there because
+        // raft needs one.
+        let network = Network::new(id, LinkFaults::new(id), NetworkOptions::default());
+        let node = Self::start_replicated(
+            config,
+            clock,
+            tasks,
+            cancel,
+            crate::raft::raft_config(&cluster),
+            network.clone(),
+            Arc::new(network),
+        )
+        .await?;
+        let raft = node.raft().cloned().expect("a replicated node has raft");
+        raft.initialize(std::collections::BTreeMap::from([(id, me)]))
+            .await
+            .map_err(|e| crate::raft::StartError::Form(e.to_string()))?;
+        raft.wait(None)
+            .current_leader(id, "a single node leads itself")
+            .await
+            .map_err(|e| crate::raft::StartError::Form(e.to_string()))?;
+        Ok(node)
     }
 
     /// Starts a node of a replicated cluster: its writes become raft

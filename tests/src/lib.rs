@@ -77,16 +77,18 @@ impl Reply {
 
 impl App {
     /// A node with default settings.
-    pub fn new() -> Self {
-        Self::with(Settings::default())
+    pub async fn new() -> Self {
+        Self::with(Settings::default()).await
     }
 
     /// A node with these settings.
-    pub fn with(settings: Settings) -> Self {
+    pub async fn with(settings: Settings) -> Self {
         let config = ValidConfig::from_settings(settings).expect("valid test settings");
         let tasks = TaskTracker::new();
         let cancel = CancellationToken::new();
-        let node = Node::start(config, Clock::starting_at(T0), &tasks, cancel.clone());
+        let node = Node::start(config, Clock::starting_at(T0), &tasks, cancel.clone())
+            .await
+            .expect("a single node starts");
         Self {
             router: router(node.clone()),
             node,
@@ -171,12 +173,6 @@ impl App {
         let now = self.elapsed();
         assert!(ms >= now, "cannot go back from {now} to {ms}");
         tokio::time::sleep(Duration::from_millis(ms - now)).await;
-    }
-}
-
-impl Default for App {
-    fn default() -> Self {
-        Self::new()
     }
 }
 

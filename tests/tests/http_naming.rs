@@ -20,7 +20,7 @@ fn ips(hosts: &[Value]) -> Vec<String> {
 
 #[tokio::test(start_paused = true)]
 async fn a_v1_registration_is_listed_as_nacos_renders_it() {
-    let app = App::new();
+    let app = App::new().await;
     let reply = app
         .post(&format!(
             "{V1}/instance?serviceName=orders&ip=10.0.0.5&port=8080&weight=2&metadata=%7B%22version%22%3A%221.0%22%7D"
@@ -57,7 +57,7 @@ async fn a_v1_registration_is_listed_as_nacos_renders_it() {
 
 #[tokio::test(start_paused = true)]
 async fn parameters_may_come_from_the_query_the_form_or_both() {
-    let app = App::new();
+    let app = App::new().await;
     app.send(
         Method::POST,
         &format!("{V1}/instance?serviceName=mixed"),
@@ -72,7 +72,7 @@ async fn parameters_may_come_from_the_query_the_form_or_both() {
 
 #[tokio::test(start_paused = true)]
 async fn missing_services_list_empty_and_namespaces_blank_or_public_are_one() {
-    let app = App::new();
+    let app = App::new().await;
     let reply = app
         .get(&format!(
             "{V1}/instance/list?serviceName=DEFAULT_GROUP@@Dubbo-Nacos-Test"
@@ -91,7 +91,7 @@ async fn missing_services_list_empty_and_namespaces_blank_or_public_are_one() {
 
 #[tokio::test(start_paused = true)]
 async fn cluster_filters_healthy_only_and_disabled_instances() {
-    let app = App::new();
+    let app = App::new().await;
     app.post(&format!(
         "{V1}/instance?serviceName=c&ip=10.0.0.1&port=1&clusterName=A"
     ))
@@ -136,7 +136,7 @@ async fn cluster_filters_healthy_only_and_disabled_instances() {
 
 #[tokio::test(start_paused = true)]
 async fn deregister_update_patch_and_detail() {
-    let app = App::new();
+    let app = App::new().await;
     let base = "serviceName=d&ip=10.0.0.1&port=80";
     app.post(&format!("{V1}/instance?{base}")).await.ok();
 
@@ -191,7 +191,7 @@ async fn deregister_update_patch_and_detail() {
 
 #[tokio::test(start_paused = true)]
 async fn v2_instances_use_the_result_envelope() {
-    let app = App::new();
+    let app = App::new().await;
     let reply = app
         .send(
             Method::POST,
@@ -244,7 +244,7 @@ async fn v2_instances_use_the_result_envelope() {
 
 #[tokio::test(start_paused = true)]
 async fn a_beat_driven_instance_turns_unhealthy_at_15s_and_is_removed_at_30s() {
-    let app = App::new();
+    let app = App::new().await;
     app.post(&format!(
         "{V1}/instance?serviceName=beat&ip=10.0.0.1&port=80"
     ))
@@ -297,7 +297,7 @@ async fn a_beat_driven_instance_turns_unhealthy_at_15s_and_is_removed_at_30s() {
 
 #[tokio::test(start_paused = true)]
 async fn a_beat_revives_an_unhealthy_instance() {
-    let app = App::new();
+    let app = App::new().await;
     app.post(&format!(
         "{V1}/instance?serviceName=rev&ip=10.0.0.1&port=80"
     ))
@@ -315,7 +315,7 @@ async fn a_beat_revives_an_unhealthy_instance() {
 
 #[tokio::test(start_paused = true)]
 async fn a_full_beat_registers_an_unknown_instance_with_its_cluster() {
-    let app = App::new();
+    let app = App::new().await;
     let beat = r#"{"ip":"10.0.0.7","port":9000,"cluster":"hz","weight":2.0,"metadata":{"preserved.heart.beat.interval":"1000","preserved.heart.beat.timeout":"3000","preserved.ip.delete.timeout":"6000"},"scheduled":true}"#;
     let form = format!(
         "serviceName=fullbeat&beat={}",
@@ -359,7 +359,7 @@ async fn a_full_beat_registers_an_unknown_instance_with_its_cluster() {
 
 #[tokio::test(start_paused = true)]
 async fn v2_beats_answer_the_bare_beat_json() {
-    let app = App::new();
+    let app = App::new().await;
     app.post(&format!("{V2}/instance?serviceName=b2&ip=10.0.0.1&port=80"))
         .await
         .ok();
@@ -373,7 +373,7 @@ async fn v2_beats_answer_the_bare_beat_json() {
 
 #[tokio::test(start_paused = true)]
 async fn persistent_instances_do_not_expire_and_take_an_operators_health() {
-    let app = App::new();
+    let app = App::new().await;
     app.post(&format!(
         "{V1}/instance?serviceName=p&ip=10.0.0.1&port=80&ephemeral=false"
     ))
@@ -419,7 +419,7 @@ async fn persistent_instances_do_not_expire_and_take_an_operators_health() {
 
 #[tokio::test(start_paused = true)]
 async fn empty_implicit_services_are_removed_after_60s() {
-    let app = App::new();
+    let app = App::new().await;
     app.post(&format!(
         "{V1}/instance?serviceName=tmp&ip=10.0.0.1&port=80"
     ))
@@ -443,7 +443,7 @@ async fn empty_implicit_services_are_removed_after_60s() {
 
 #[tokio::test(start_paused = true)]
 async fn v1_services_create_update_detail_list_delete() {
-    let app = App::new();
+    let app = App::new().await;
     app.post(&format!(
         "{V1}/service?serviceName=svc&protectThreshold=0.5&metadata=%7B%22a%22%3A%22b%22%7D"
     ))
@@ -512,7 +512,7 @@ async fn v1_services_create_update_detail_list_delete() {
 
 #[tokio::test(start_paused = true)]
 async fn service_lists_page_per_group() {
-    let app = App::new();
+    let app = App::new().await;
     for i in 0..5 {
         app.post(&format!(
             "{V1}/instance?serviceName=s{i}&ip=10.0.0.1&port=1"
@@ -547,7 +547,7 @@ async fn service_lists_page_per_group() {
 
 #[tokio::test(start_paused = true)]
 async fn v2_services_create_update_detail_delete() {
-    let app = App::new();
+    let app = App::new().await;
     app.send(
         Method::POST,
         &format!("{V2}/service"),
@@ -608,7 +608,7 @@ async fn v2_services_create_update_detail_delete() {
 
 #[tokio::test(start_paused = true)]
 async fn operator_endpoints_answer_what_clients_check() {
-    let app = App::new();
+    let app = App::new().await;
     for path in [
         format!("{V1}/operator/metrics"),
         format!("{V1}/ops/metrics"),
@@ -680,7 +680,7 @@ async fn operator_endpoints_answer_what_clients_check() {
 
 #[tokio::test(start_paused = true)]
 async fn login_succeeds_on_every_path_with_auth_disabled() {
-    let app = App::new();
+    let app = App::new().await;
     for path in [
         "/nacos/v1/auth/login",
         "/nacos/v1/auth/users/login",
@@ -702,7 +702,7 @@ async fn login_succeeds_on_every_path_with_auth_disabled() {
 
 #[tokio::test(start_paused = true)]
 async fn console_namespaces_are_created_listed_updated_and_deleted() {
-    let app = App::new();
+    let app = App::new().await;
     const NS: &str = "/nacos/v1/console/namespaces";
     let list = app.get(NS).await.json();
     assert_eq!(
@@ -793,7 +793,7 @@ async fn console_namespaces_are_created_listed_updated_and_deleted() {
 
 #[tokio::test(start_paused = true)]
 async fn v2_console_namespaces() {
-    let app = App::new();
+    let app = App::new().await;
     const NS: &str = "/nacos/v2/console/namespace";
     let created = app
         .send(Method::POST, NS, Some("namespaceId=qa&namespaceName=QA"))
@@ -821,7 +821,7 @@ async fn v2_console_namespaces() {
 
 #[tokio::test(start_paused = true)]
 async fn server_state_probes_and_cluster_endpoints() {
-    let app = App::new();
+    let app = App::new().await;
     let state = app.get("/nacos/v1/console/server/state").await.json();
     assert_eq!(state["standalone_mode"], "standalone");
     assert_eq!(state["startup_mode"], "standalone");
@@ -854,7 +854,7 @@ async fn server_state_probes_and_cluster_endpoints() {
 
 #[tokio::test(start_paused = true)]
 async fn metrics_expose_request_counts_latencies_and_registry_sizes() {
-    let app = App::new();
+    let app = App::new().await;
     app.post(&format!("{V1}/instance?serviceName=met&ip=10.0.0.1&port=1"))
         .await
         .ok();
@@ -878,7 +878,8 @@ async fn short_configured_timeouts_apply_to_http_instances() {
         unhealthy_timeout_ms: Some(300),
         delete_timeout_ms: Some(600),
         ..Settings::default()
-    });
+    })
+    .await;
     app.post(&format!(
         "{V1}/instance?serviceName=fast&ip=10.0.0.1&port=1"
     ))

@@ -112,7 +112,8 @@ async fn malformed_requests_are_refused_by_field_and_change_nothing() {
         max_metadata_value_bytes: Some(256),
         max_body_bytes: Some(4096),
         ..Settings::default()
-    });
+    })
+    .await;
     app.post(&format!(
         "{V1}/instance?serviceName=kept&ip=10.0.0.1&port=80&metadata=a%3Db"
     ))

@@ -82,6 +82,20 @@ pub enum StartError {
     /// Raft could not start on its storage.
     #[error("raft did not start: {0}")]
     Raft(#[from] openraft::error::Fatal<NodeId>),
+    /// A single node could not form its one-member cluster.
+    #[error("the single-node cluster did not form: {0}")]
+    Form(String),
+}
+
+/// Raft's settings from the cluster config.
+pub fn raft_config(cluster: &crate::config::ClusterConfig) -> openraft::Config {
+    openraft::Config {
+        cluster_name: "understudy".into(),
+        heartbeat_interval: cluster.heartbeat_ms,
+        election_timeout_min: cluster.election_timeout_ms,
+        election_timeout_max: cluster.election_timeout_ms * 2,
+        ..openraft::Config::default()
+    }
 }
 
 /// The raft handle.
@@ -202,13 +216,7 @@ pub async fn start_member(
             ..NetworkOptions::default()
         },
     );
-    let raft_config = openraft::Config {
-        cluster_name: "understudy".into(),
-        heartbeat_interval: cluster.heartbeat_ms,
-        election_timeout_min: cluster.election_timeout_ms,
-        election_timeout_max: cluster.election_timeout_ms * 2,
-        ..openraft::Config::default()
-    };
+    let raft_config = raft_config(&cluster);
     let mut members: Members = cluster.peers.clone();
     members.insert(
         id,
