@@ -341,6 +341,57 @@ impl Node {
         self.inner.raft.as_ref()
     }
 
+    /// Adds a member: as a learner first (it catches up, by snapshot if the
+    /// log was compacted), then, for a voter, promoted. Must run on the
+    /// leader; elsewhere the error names the leader.
+    pub async fn add_member(
+        &self,
+        id: crate::raft::NodeId,
+        member: crate::raft::Member,
+        voter: crate::raft::Role,
+    ) -> Result<(), crate::raft::MembershipError> {
+        use crate::raft::MembershipError;
+        let raft = self.inner.raft.as_ref().ok_or(MembershipError::Single)?;
+        raft.add_learner(id, member, true)
+            .await
+            .map_err(MembershipError::from_raft)?;
+        if voter == crate::raft::Role::Voter {
+            raft.change_membership(
+                openraft::ChangeMembers::AddVoterIds(std::collections::BTreeSet::from([id])),
+                false,
+            )
+            .await
+            .map_err(MembershipError::from_raft)?;
+        }
+        Ok(())
+    }
+
+    /// Removes a member (voter or learner).
+    pub async fn remove_member(
+        &self,
+        id: crate::raft::NodeId,
+    ) -> Result<(), crate::raft::MembershipError> {
+        use crate::raft::MembershipError;
+        let raft = self.inner.raft.as_ref().ok_or(MembershipError::Single)?;
+        let ids = std::collections::BTreeSet::from([id]);
+        let is_voter = raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .any(|v| v == id);
+        if is_voter {
+            raft.change_membership(openraft::ChangeMembers::RemoveVoters(ids.clone()), false)
+                .await
+                .map_err(MembershipError::from_raft)?;
+        }
+        raft.change_membership(openraft::ChangeMembers::RemoveNodes(ids), false)
+            .await
+            .map_err(MembershipError::from_raft)?;
+        Ok(())
+    }
+
     /// This node's view of the cluster.
     pub fn cluster_status(&self) -> crate::raft::ClusterStatus {
         let revision = self.registry().revision();

@@ -153,3 +153,82 @@ async fn a_new_node_joins_and_catches_up_by_snapshot() -> anyhow::Result<()> {
     cluster.shutdown().await;
     Ok(())
 }
+
+async fn admin(
+    cluster: &TestCluster,
+    id: u64,
+    method: &str,
+    query: &str,
+) -> (axum::http::StatusCode, serde_json::Value) {
+    use tower::ServiceExt;
+    let request = axum::http::Request::builder()
+        .method(method)
+        .uri(format!("/understudy/v1/cluster/members?{query}"))
+        .body(axum::body::Body::empty())
+        .expect("a request");
+    let reply = understudy_server::router(cluster.node(id).clone())
+        .oneshot(request)
+        .await
+        .expect("an answer");
+    let status = reply.status();
+    let body = http_body_util::BodyExt::collect(reply.into_body())
+        .await
+        .expect("a body")
+        .to_bytes();
+    (
+        status,
+        serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_join_and_leave_through_the_admin_endpoint_on_the_leader_only() -> anyhow::Result<()>
+{
+    let mut cluster = TestCluster::start(3, Settings::default()).await?;
+    let leader = cluster.leader(WAIT).await?;
+    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+    cluster.node(leader).propose(register(5)).await?;
+    cluster.add_node(4).await?;
+    let addr = cluster.members[&4].raft_addr.clone();
+    let query = format!("id=4&raftAddr={addr}&dc=dc2");
+
+    let (status, body) = admin(&cluster, follower, "POST", &query).await;
+    assert_eq!(status, 503, "{body}");
+    let message = body["data"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!("the leader is node {leader}")),
+        "{message}"
+    );
+
+    let (status, body) = admin(&cluster, leader, "POST", "id=4&raftAddr=nowhere").await;
+    assert_eq!(status, 400, "{body}");
+
+    let (status, body) = admin(&cluster, leader, "POST", &query).await;
+    assert_eq!(status, 200, "{body}");
+    let four = body["members"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["id"] == 4))
+        .cloned()
+        .expect("node 4 listed");
+    assert_eq!(four["voter"], true, "{body}");
+    assert_eq!(four["dc"], "dc2", "{body}");
+    cluster
+        .applied(&[4], cluster.last_applied(leader), WAIT)
+        .await?;
+    assert_eq!(
+        cluster.node(4).registry().snapshot(),
+        cluster.node(leader).registry().snapshot()
+    );
+
+    let (status, body) = admin(&cluster, leader, "DELETE", "id=4").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body["members"]
+            .as_array()
+            .is_some_and(|m| m.iter().all(|m| m["id"] != 4)),
+        "{body}"
+    );
+    cluster.stop(4).await;
+    cluster.shutdown().await;
+    Ok(())
+}

@@ -72,6 +72,27 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, code, Some(field), message)
     }
 
+    /// The caller lacks the right (a missing or wrong cluster secret).
+    pub(crate) fn denied(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            ErrorCode::AccessDenied,
+            None,
+            message.into(),
+        )
+    }
+
+    /// The cluster cannot do it now (no leader, not the leader, a change
+    /// under way); the message says which and names the leader if known.
+    pub(crate) fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::ServerError,
+            None,
+            message.into(),
+        )
+    }
+
     /// Something asked for does not exist.
     pub(crate) fn not_found(code: ErrorCode, message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, code, None, message.into())

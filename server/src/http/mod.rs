@@ -158,6 +158,10 @@ pub fn router(node: Node) -> Router {
         .route("/nacos/v1/core/cluster/nodes", get(ops::cluster_nodes))
         .route("/nacos/v1/core/cluster/health", get(ops::cluster_health))
         .route("/understudy/v1/cluster", get(ops::cluster_status))
+        .route(
+            "/understudy/v1/cluster/members",
+            post(ops::add_member).delete(ops::remove_member),
+        )
         .route("/health", get(ops::health))
         .route("/ready", get(ops::ready))
         .route("/metrics", get(ops::metrics))

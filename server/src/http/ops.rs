@@ -183,6 +183,104 @@ pub(crate) async fn cluster_status(State(node): State<Node>) -> Response {
     Json(node.cluster_status()).into_response()
 }
 
+/// Admin calls carry the cluster secret when one is set, so nothing
+/// outside the cluster can change its membership.
+fn check_secret(node: &Node, headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
+    match &node.config().cluster.secret {
+        None => Ok(()),
+        Some(secret) => {
+            let given = headers
+                .get(crate::raft::network::SECRET_METADATA)
+                .and_then(|v| v.to_str().ok());
+            if given == Some(secret.as_str()) {
+                Ok(())
+            } else {
+                Err(ApiError::denied(format!(
+                    "header {} must carry the cluster secret",
+                    crate::raft::network::SECRET_METADATA
+                )))
+            }
+        }
+    }
+}
+
+fn membership_error(e: crate::raft::MembershipError) -> ApiError {
+    match e {
+        crate::raft::MembershipError::Single => ApiError::invalid("id", e.to_string()),
+        _ => ApiError::unavailable(e.to_string()),
+    }
+}
+
+/// `POST /understudy/v1/cluster/members?id=&raftAddr=&dc=&role=voter|learner`:
+/// adds a member on the leader; it joins as a learner, catches up, and is
+/// promoted unless `role=learner`.
+pub(crate) async fn add_member(
+    State(node): State<Node>,
+    headers: axum::http::HeaderMap,
+    params: Input,
+) -> Response {
+    let added = async {
+        check_secret(&node, &headers)?;
+        let p = params?;
+        let id: u64 = p
+            .number("id")?
+            .filter(|id| *id > 0)
+            .ok_or_else(|| ApiError::invalid("id", "a positive node id is required"))?;
+        let raft_addr = p.required("raftAddr")?.trim().to_owned();
+        if !raft_addr
+            .rsplit_once(':')
+            .is_some_and(|(h, port)| !h.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0))
+        {
+            return Err(ApiError::invalid(
+                "raftAddr",
+                format!("'{raft_addr}' is not HOST:PORT"),
+            ));
+        }
+        let role = match p.get("role").unwrap_or("voter") {
+            "voter" => crate::raft::Role::Voter,
+            "learner" => crate::raft::Role::Learner,
+            other => {
+                return Err(ApiError::invalid(
+                    "role",
+                    format!("'{other}' is neither voter nor learner"),
+                ))
+            }
+        };
+        let member = crate::raft::Member {
+            raft_addr,
+            dc: p.get("dc").unwrap_or_default().to_owned(),
+        };
+        node.add_member(id, member, role)
+            .await
+            .map_err(membership_error)
+    }
+    .await;
+    match added {
+        Ok(()) => Json(node.cluster_status()).into_response(),
+        Err(e) => e.v2(),
+    }
+}
+
+/// `DELETE /understudy/v1/cluster/members?id=`: removes a member.
+pub(crate) async fn remove_member(
+    State(node): State<Node>,
+    headers: axum::http::HeaderMap,
+    params: Input,
+) -> Response {
+    let removed = async {
+        check_secret(&node, &headers)?;
+        let id: u64 = params?
+            .number("id")?
+            .ok_or_else(|| ApiError::missing("id"))?;
+        node.remove_member(id).await.map_err(membership_error)
+    }
+    .await;
+    match removed {
+        Ok(()) => Json(node.cluster_status()).into_response(),
+        Err(e) => e.v2(),
+    }
+}
+
 pub(crate) async fn cluster_health() -> Response {
     Json(ConsoleResult::ok("UP")).into_response()
 }

@@ -64,7 +64,9 @@ pub struct BatchApplied {
 openraft::declare_raft_types!(
     /// understudy's raft types.
     pub TypeConfig:
-        D = Batch,
+        // Shared, so the log, replication and a fallback forward never
+        // copy the commands.
+        D = std::sync::Arc<Batch>,
         R = BatchApplied,
         NodeId = NodeId,
         Node = Member,
@@ -85,6 +87,57 @@ pub enum StartError {
     /// A single node could not form its one-member cluster.
     #[error("the single-node cluster did not form: {0}")]
     Form(String),
+}
+
+/// Whether a new member votes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Receives the log, never votes.
+    Learner,
+    /// Votes, after catching up as a learner.
+    Voter,
+}
+
+/// Why a membership change was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum MembershipError {
+    /// A node without replication has no members to change.
+    #[error("this node runs without replication (no peers configured)")]
+    Single,
+    /// Only the leader changes membership.
+    #[error("this node is not the leader{}", leader_hint(.leader, .raft_addr))]
+    NotLeader {
+        /// The leader, if known.
+        leader: Option<NodeId>,
+        /// Its raft address, if known.
+        raft_addr: Option<String>,
+    },
+    /// Raft refused the change (another under way, a bad member).
+    #[error("membership change refused: {0}")]
+    Refused(String),
+}
+
+fn leader_hint(leader: &Option<NodeId>, addr: &Option<String>) -> String {
+    match (leader, addr) {
+        (Some(id), Some(addr)) => format!("; the leader is node {id} (raft {addr})"),
+        (Some(id), None) => format!("; the leader is node {id}"),
+        _ => "; no leader is known".into(),
+    }
+}
+
+impl MembershipError {
+    pub(crate) fn from_raft<E>(e: openraft::error::RaftError<NodeId, E>) -> Self
+    where
+        E: std::error::Error + openraft::TryAsRef<openraft::error::ForwardToLeader<NodeId, Member>>,
+    {
+        if let Some(to) = e.forward_to_leader() {
+            return MembershipError::NotLeader {
+                leader: to.leader_id,
+                raft_addr: to.leader_node.as_ref().map(|m| m.raft_addr.clone()),
+            };
+        }
+        MembershipError::Refused(e.to_string())
+    }
 }
 
 /// Raft's settings from the cluster config.

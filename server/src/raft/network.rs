@@ -865,7 +865,7 @@ impl RaftRpc for RaftService {
     async fn forward(&self, request: tonic::Request<RaftRequest>) -> Answer {
         let request = self.admit(request)?;
         let batch: Batch = decode(&request.payload, "forwarded batch")?;
-        let answer = match self.raft.client_write(batch).await {
+        let answer = match self.raft.client_write(Arc::new(batch)).await {
             Ok(written) => ForwardAnswer::Committed {
                 index: written.log_id.index,
             },

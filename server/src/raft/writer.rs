@@ -167,11 +167,11 @@ impl Proposer {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let (commands, replies): (Vec<Command>, Vec<_>) =
             jobs.into_iter().map(|j| (j.command, j.reply)).unzip();
-        let batch = Batch {
+        let batch = Arc::new(Batch {
             origin: self.node_id,
             seq,
             commands,
-        };
+        });
         let applied = self.waiters.register(seq);
         let outcome = match self.submit(&batch).await {
             Ok(()) => match tokio::time::timeout(self.timeout, applied).await {
@@ -202,7 +202,7 @@ impl Proposer {
 
     /// Gets the batch committed: directly when leading, else through the
     /// leader.
-    async fn submit(&self, batch: &Batch) -> Result<(), ProposeError> {
+    async fn submit(&self, batch: &Arc<Batch>) -> Result<(), ProposeError> {
         // A leader cut off from its quorum would wait for ever: the write
         // timeout bounds it (the entry may still commit later if the
         // partition heals before a new leader overwrites it).
