@@ -66,8 +66,18 @@ pub async fn register(
     clients: usize,
     duration: Duration,
 ) -> anyhow::Result<Report> {
+    register_spread(&[grpc], clients, duration).await
+}
+
+/// [`register`] with the connections spread over several nodes of one
+/// cluster (connection `c` goes to `nodes[c % len]`).
+pub async fn register_spread(
+    nodes: &[SocketAddr],
+    clients: usize,
+    duration: Duration,
+) -> anyhow::Result<Report> {
     closed_loop(
-        grpc,
+        nodes,
         clients,
         duration,
         "register",
@@ -96,7 +106,7 @@ pub async fn query(grpc: SocketAddr, clients: usize, duration: Duration) -> anyh
         providers.push(provider);
     }
     let report = closed_loop(
-        grpc,
+        &[grpc],
         clients,
         duration,
         "query (10 instances)",
@@ -108,7 +118,7 @@ pub async fn query(grpc: SocketAddr, clients: usize, duration: Duration) -> anyh
 }
 
 async fn closed_loop<F, Fut>(
-    grpc: SocketAddr,
+    nodes: &[SocketAddr],
     clients: usize,
     duration: Duration,
     name: &str,
@@ -119,7 +129,8 @@ where
     Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
 {
     let mut connections = Vec::with_capacity(clients);
-    for _ in 0..clients {
+    for c in 0..clients {
+        let grpc = nodes[c % nodes.len().max(1)];
         connections.push(Arc::new(RawClient::connect(grpc, None).await?));
     }
     let stop = Arc::new(AtomicBool::new(false));

@@ -22,3 +22,15 @@ async fn the_load_generator_drives_register_query_and_push() -> anyhow::Result<(
     server.stop().await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_load_generator_registers_through_every_node_of_a_cluster() -> anyhow::Result<()> {
+    let nodes = Server::start_cluster(3, Settings::default()).await?;
+    let grpcs: Vec<_> = nodes.iter().map(|s| s.grpc).collect();
+    let register = loadgen::register_spread(&grpcs, 6, Duration::from_millis(300)).await?;
+    assert!(register.ops > 0, "{register}");
+    for node in nodes {
+        node.stop().await?;
+    }
+    Ok(())
+}

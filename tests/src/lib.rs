@@ -270,6 +270,57 @@ impl Server {
         anyhow::bail!("no free port pair (P, P + 1000) found")
     }
 
+    /// Starts `n` replicated nodes on ports chosen now (ids 1..=n, node 1
+    /// forms the cluster) and waits until they agree on a leader.
+    pub async fn start_cluster(n: u64, settings: Settings) -> anyhow::Result<Vec<Self>> {
+        let mut raft_ports = Vec::new();
+        for _ in 0..n {
+            let probe = std::net::TcpListener::bind("127.0.0.1:0")?;
+            raft_ports.push(probe.local_addr()?.port());
+        }
+        let mut servers = Vec::new();
+        for id in 1..=n {
+            let peers = (1..=n)
+                .filter(|p| *p != id)
+                .map(|p| format!("{p}=127.0.0.1:{}", raft_ports[(p - 1) as usize]))
+                .collect();
+            let config = ValidConfig::from_settings(Settings {
+                node_id: Some(id),
+                http_port: Some(0),
+                grpc_port: Some(0),
+                raft_port: Some(raft_ports[(id - 1) as usize]),
+                peers: Some(peers),
+                ..settings.clone()
+            })?;
+            let listeners = Listeners::bind(&config).await?;
+            servers.push(Self::serve(config, listeners).await?);
+        }
+        let client = reqwest::Client::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let mut leaders = std::collections::BTreeSet::new();
+            for s in &servers {
+                let leader = match client.get(s.url("/understudy/v1/cluster")).send().await {
+                    Ok(reply) => reply
+                        .json::<Value>()
+                        .await
+                        .ok()
+                        .and_then(|v| v["leader"].as_u64()),
+                    Err(_) => None,
+                };
+                leaders.insert(leader);
+            }
+            if leaders.len() == 1 && leaders.iter().all(Option::is_some) {
+                return Ok(servers);
+            }
+            anyhow::ensure!(
+                tokio::time::Instant::now() < deadline,
+                "the cluster agreed on no leader: {leaders:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     async fn serve(config: ValidConfig, listeners: Listeners) -> anyhow::Result<Self> {
         let http = listeners.http.local_addr()?;
         let grpc = listeners.grpc.local_addr()?;

@@ -27,6 +27,10 @@ struct Args {
     /// Changes pushed to them.
     #[arg(long, default_value_t = 20)]
     changes: usize,
+    /// Also measure registrations on an in-process cluster of this many
+    /// nodes (connections spread over them), beside the single node.
+    #[arg(long, default_value_t = 3)]
+    cluster_nodes: u64,
 }
 
 #[tokio::main]
@@ -57,6 +61,19 @@ async fn main() -> anyhow::Result<()> {
     }
     if let Some(server) = server {
         server.stop().await?;
+    }
+    if args.grpc.is_none() && args.cluster_nodes > 1 {
+        let nodes = understudy_tests::Server::start_cluster(
+            args.cluster_nodes,
+            understudy_server::config::Settings::default(),
+        )
+        .await?;
+        let grpcs: Vec<SocketAddr> = nodes.iter().map(|s| s.grpc).collect();
+        let report = loadgen::register_spread(&grpcs, args.clients, run).await?;
+        println!("{} nodes: {report}", args.cluster_nodes);
+        for node in nodes {
+            node.stop().await?;
+        }
     }
     Ok(())
 }
