@@ -102,7 +102,8 @@ impl State {
     }
 
     /// Subscribes to every applied change. Subscribe before reading a
-    /// snapshot, so no change falls between the two.
+    /// snapshot, so no change falls between the two. An empty batch means
+    /// the registry was replaced by a snapshot (a raft snapshot install).
     pub(crate) fn watch_changes(&self) -> tokio::sync::broadcast::Receiver<Arc<[Change]>> {
         self.changes.subscribe()
     }
@@ -145,6 +146,9 @@ impl State {
         *self.liveness() = Liveness::new();
         self.deadlines_moved.notify_one();
         self.hub.changed(touched.iter());
+        // An empty batch tells native watchers the history they follow was
+        // replaced: they start over from a fresh snapshot.
+        let _ = self.changes.send(Arc::from(Vec::<Change>::new()));
     }
 
     pub(crate) fn liveness(&self) -> MutexGuard<'_, Liveness> {

@@ -221,6 +221,15 @@ impl Snapshot {
 }
 
 /// A snapshot of what `scope` covers, and the instance counts with it.
+/// A fresh snapshot for a watcher that cannot continue from its revision;
+/// its per-service counts start over with it.
+fn start_over(node: &Node, scope: &Scope, reason: ResetReason, counts: &mut Counts) -> Snapshot {
+    let registry = node.registry();
+    let (snapshot, fresh) = reset(scope, &registry, reason);
+    *counts = fresh;
+    snapshot
+}
+
 fn reset(scope: &Scope, registry: &Registry, reason: ResetReason) -> (Snapshot, Counts) {
     let services = scope.services(registry);
     let counts = Counts::from_services(&services);
@@ -340,6 +349,19 @@ impl RegistryApi for NativeApi {
                         () = tx.closed() => return Err(()),
                     };
                     match received {
+                        Ok(batch) if batch.is_empty() => {
+                            // The registry was replaced by a raft snapshot:
+                            // the changes in between will never be seen.
+                            metrics::counter!("understudy_watch_resets_total", "reason" => "restored").increment(1);
+                            let snapshot = start_over(
+                                &node,
+                                &scope,
+                                ResetReason::HistoryUnavailable,
+                                &mut counts,
+                            );
+                            revision = snapshot.revision;
+                            snapshot.send(&node, &tx).await?;
+                        }
                         Ok(batch) => {
                             let after = revision;
                             for change in batch.iter().filter(|c| c.revision > after) {
@@ -359,13 +381,8 @@ impl RegistryApi for NativeApi {
                         Err(RecvError::Lagged(_)) => {
                             // Too far behind to replay: start over from a snapshot.
                             metrics::counter!("understudy_watch_resets_total", "reason" => "fell_behind").increment(1);
-                            let snapshot = {
-                                let registry = node.registry();
-                                let (snapshot, fresh) =
-                                    reset(&scope, &registry, ResetReason::FellBehind);
-                                counts = fresh;
-                                snapshot
-                            };
+                            let snapshot =
+                                start_over(&node, &scope, ResetReason::FellBehind, &mut counts);
                             revision = snapshot.revision;
                             snapshot.send(&node, &tx).await?;
                         }

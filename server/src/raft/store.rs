@@ -328,3 +328,161 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ValidConfig;
+    use openraft::{CommittedLeaderId, Membership};
+    use understudy_core::{Command, InstanceSpec, Op, Owner, ServiceKey};
+
+    fn entry(index: u64, commands: Vec<Command>) -> Entry<TypeConfig> {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            payload: EntryPayload::Normal(Arc::new(super::super::Batch {
+                origin: 1,
+                seq: index,
+                commands,
+            })),
+        }
+    }
+
+    fn register(port: u16) -> Command {
+        Command::new(
+            0,
+            Op::Register {
+                service: ServiceKey::parse("", "", "svc").unwrap(),
+                owner: Owner::Persistent {
+                    ip: "10.0.0.1".into(),
+                    port,
+                },
+                instances: vec![InstanceSpec::new("10.0.0.1", port)],
+            },
+        )
+    }
+
+    fn machine(node_id: NodeId, waiters: Waiters) -> (StateMachine, Arc<State>) {
+        let state = Arc::new(State::new(&ValidConfig::default()));
+        let machine = StateMachine::new(node_id, state.clone(), Clock::starting_at(0), waiters);
+        (machine, state)
+    }
+
+    #[tokio::test]
+    async fn an_applied_batch_answers_its_own_proposer_and_no_one_else() {
+        let waiters = Waiters::default();
+        let (mut machine, state) = machine(1, waiters.clone());
+        let mine = waiters.register(1);
+        let answers = machine
+            .apply(vec![entry(1, vec![register(1), register(2)])])
+            .await
+            .unwrap();
+        assert_eq!(answers, vec![BatchApplied { commands: 2 }]);
+        let results = mine.await.unwrap();
+        assert_eq!(results.len(), 2);
+        assert!(results.iter().all(Result::is_ok));
+        assert_eq!(state.registry().counts().instances, 2);
+        // Another node's batch is applied, but nobody here waits for it.
+        let (mut other, _) = machine_on(2);
+        let mut theirs = waiters.register(2);
+        other
+            .apply(vec![entry(2, vec![register(3)])])
+            .await
+            .unwrap();
+        assert!(
+            matches!(theirs.try_recv(), Err(oneshot::error::TryRecvError::Empty)),
+            "no result here for a batch applied by another node's machine"
+        );
+    }
+
+    fn machine_on(node_id: NodeId) -> (StateMachine, Arc<State>) {
+        machine(node_id, Waiters::default())
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_rebuilds_the_registry_elsewhere_and_tells_watchers_to_start_over() {
+        let (mut source, state) = machine_on(1);
+        let membership = Membership::new(vec![std::collections::BTreeSet::from([1])], None);
+        source
+            .apply(vec![Entry {
+                log_id: LogId::new(CommittedLeaderId::new(1, 1), 1),
+                payload: EntryPayload::Membership(membership),
+            }])
+            .await
+            .unwrap();
+        source
+            .apply((2..12).map(|i| entry(i, vec![register(i as u16)])))
+            .await
+            .unwrap();
+        let mut builder = source.get_snapshot_builder().await;
+        let snapshot = builder.build_snapshot().await.unwrap();
+        assert_eq!(snapshot.meta.last_log_id.map(|l| l.index), Some(11));
+        assert!(
+            builder.build_snapshot().await.is_err(),
+            "a builder builds once"
+        );
+
+        let (mut target, restored) = machine_on(2);
+        let mut watcher = restored.watch_changes();
+        target
+            .install_snapshot(&snapshot.meta, snapshot.snapshot)
+            .await
+            .unwrap();
+        assert_eq!(restored.registry().snapshot(), state.registry().snapshot());
+        let (applied, membership) = target.applied_state().await.unwrap();
+        assert_eq!(applied.map(|l| l.index), Some(11));
+        assert_eq!(membership.voter_ids().collect::<Vec<_>>(), vec![1]);
+        let signal = watcher.try_recv().unwrap();
+        assert!(signal.is_empty(), "an empty batch means start over");
+        let current = target.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!(current.meta, snapshot.meta);
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_of_another_format_is_refused_and_changes_nothing() {
+        let (mut target, state) = machine_on(2);
+        let meta = SnapshotMeta {
+            last_log_id: Some(LogId::new(CommittedLeaderId::new(1, 1), 5)),
+            last_membership: StoredMembership::default(),
+            snapshot_id: "x".into(),
+        };
+        let mut bytes = codec::encode(&0u8).unwrap();
+        bytes[0] = codec::FORMAT + 1;
+        let refused = target
+            .install_snapshot(&meta, Box::new(Cursor::new(bytes)))
+            .await;
+        assert!(refused.is_err());
+        assert_eq!(target.applied_state().await.unwrap().0, None);
+        assert_eq!(state.registry().counts().instances, 0);
+    }
+
+    #[tokio::test]
+    async fn the_log_keeps_purged_and_truncated_ranges_straight() {
+        let mut log = LogStore::default();
+        let entries: Vec<_> = (1..=10)
+            .map(|i| entry(i, vec![register(i as u16)]))
+            .collect();
+        {
+            let mut inner = lock(&log.inner);
+            for e in entries {
+                inner.log.insert(e.log_id.index, e);
+            }
+        }
+        log.truncate(LogId::new(CommittedLeaderId::new(1, 1), 8))
+            .await
+            .unwrap();
+        log.purge(LogId::new(CommittedLeaderId::new(1, 1), 3))
+            .await
+            .unwrap();
+        let state = log.get_log_state().await.unwrap();
+        assert_eq!(state.last_purged_log_id.map(|l| l.index), Some(3));
+        assert_eq!(state.last_log_id.map(|l| l.index), Some(7));
+        let left: Vec<u64> = log
+            .try_get_log_entries(0..100)
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.log_id.index)
+            .collect();
+        assert_eq!(left, vec![4, 5, 6, 7]);
+    }
+}
