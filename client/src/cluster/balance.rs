@@ -66,6 +66,40 @@ pub trait LoadBalance: Send + Sync + std::fmt::Debug {
     fn pick(&self, targets: &[Target], invocation: &Invocation, cx: &mut PickContext<'_>) -> usize;
 }
 
+/// `new()` with Dubbo's ten-minute warm-up, `warmup(d)` and `Default`, for
+/// the balancers whose only setting is their warm-up.
+macro_rules! warm_up_settings {
+    ($($balancer:ident),*) => {$(
+        impl $balancer {
+            /// A balancer with Dubbo's ten-minute warm-up.
+            pub fn new() -> Self {
+                Self {
+                    warmup: DEFAULT_WARMUP,
+                }
+            }
+
+            /// Sets the warm-up (zero turns it off).
+            pub fn warmup(mut self, warmup: Duration) -> Self {
+                self.warmup = warmup;
+                self
+            }
+        }
+
+        impl Default for $balancer {
+            fn default() -> Self {
+                Self::new()
+            }
+        }
+    )*};
+}
+
+warm_up_settings!(
+    WeightedRandom,
+    LeastActive,
+    ShortestResponse,
+    ZoneFirstLeastActive
+);
+
 /// Dubbo's `random`: a weighted random pick. When every weight is the same
 /// it is a plain uniform pick; otherwise an offset in `[0, total)` is walked
 /// down the list.
@@ -73,27 +107,6 @@ pub trait LoadBalance: Send + Sync + std::fmt::Debug {
 pub struct WeightedRandom {
     /// How long a new instance takes to reach its full weight.
     pub warmup: Duration,
-}
-
-impl WeightedRandom {
-    /// A weighted random balancer with Dubbo's ten-minute warm-up.
-    pub fn new() -> Self {
-        Self {
-            warmup: DEFAULT_WARMUP,
-        }
-    }
-
-    /// Sets the warm-up (zero turns it off).
-    pub fn warmup(mut self, warmup: Duration) -> Self {
-        self.warmup = warmup;
-        self
-    }
-}
-
-impl Default for WeightedRandom {
-    fn default() -> Self {
-        Self::new()
-    }
 }
 
 impl LoadBalance for WeightedRandom {
@@ -209,27 +222,6 @@ pub struct LeastActive {
     pub warmup: Duration,
 }
 
-impl LeastActive {
-    /// A least-active balancer with Dubbo's ten-minute warm-up.
-    pub fn new() -> Self {
-        Self {
-            warmup: DEFAULT_WARMUP,
-        }
-    }
-
-    /// Sets the warm-up (zero turns it off).
-    pub fn warmup(mut self, warmup: Duration) -> Self {
-        self.warmup = warmup;
-        self
-    }
-}
-
-impl Default for LeastActive {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl LoadBalance for LeastActive {
     fn name(&self) -> &'static str {
         "leastactive"
@@ -249,27 +241,6 @@ impl LoadBalance for LeastActive {
 pub struct ShortestResponse {
     /// How long a new instance takes to reach its full weight (for ties).
     pub warmup: Duration,
-}
-
-impl ShortestResponse {
-    /// A shortest-response balancer with Dubbo's ten-minute warm-up.
-    pub fn new() -> Self {
-        Self {
-            warmup: DEFAULT_WARMUP,
-        }
-    }
-
-    /// Sets the warm-up (zero turns it off).
-    pub fn warmup(mut self, warmup: Duration) -> Self {
-        self.warmup = warmup;
-        self
-    }
-}
-
-impl Default for ShortestResponse {
-    fn default() -> Self {
-        Self::new()
-    }
 }
 
 impl LoadBalance for ShortestResponse {
@@ -518,27 +489,6 @@ impl LoadBalance for PeakEwmaP2c {
 pub struct ZoneFirstLeastActive {
     /// How long a new instance takes to reach its full weight.
     pub warmup: Duration,
-}
-
-impl ZoneFirstLeastActive {
-    /// A zone-first balancer with Dubbo's ten-minute warm-up.
-    pub fn new() -> Self {
-        Self {
-            warmup: DEFAULT_WARMUP,
-        }
-    }
-
-    /// Sets the warm-up (zero turns it off).
-    pub fn warmup(mut self, warmup: Duration) -> Self {
-        self.warmup = warmup;
-        self
-    }
-}
-
-impl Default for ZoneFirstLeastActive {
-    fn default() -> Self {
-        Self::new()
-    }
 }
 
 impl LoadBalance for ZoneFirstLeastActive {
