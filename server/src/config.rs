@@ -207,6 +207,9 @@ pub struct Settings {
     /// A follower hearing no leader for this long (up to twice it) starts an election, ms [default: 1000].
     #[arg(long, env = "UNDERSTUDY_RAFT_ELECTION_TIMEOUT_MS")]
     pub raft_election_timeout_ms: Option<u64>,
+    /// Directory for the raft log, vote and snapshots (one redb file); none keeps them in memory [default: none].
+    #[arg(long, env = "UNDERSTUDY_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
 }
 
 macro_rules! layer {
@@ -257,6 +260,7 @@ impl Settings {
             cluster_secret,
             raft_heartbeat_ms,
             raft_election_timeout_ms,
+            data_dir,
         )
     }
 
@@ -322,6 +326,8 @@ pub struct ValidConfig {
     pub shutdown_grace: Duration,
     /// Replication settings.
     pub cluster: ClusterConfig,
+    /// Where the raft state is kept; `None`: in memory.
+    pub data_dir: Option<PathBuf>,
 }
 
 /// Replication settings.
@@ -545,6 +551,18 @@ impl ValidConfig {
             }
             None => std::net::SocketAddr::new(bind, raft_port).to_string(),
         };
+        let data_dir = match s.data_dir {
+            Some(dir) if dir.as_os_str().is_empty() => {
+                return Err(invalid("data_dir", "must not be empty"))
+            }
+            Some(dir) if dir.is_file() => {
+                return Err(invalid(
+                    "data_dir",
+                    format!("{} is a file, not a directory", dir.display()),
+                ))
+            }
+            other => other,
+        };
         let cluster = ClusterConfig {
             raft_port,
             advertise,
@@ -573,6 +591,7 @@ impl ValidConfig {
             long_poll_floor: Duration::from_millis(s.long_poll_floor_ms.unwrap_or(10_000)),
             shutdown_grace: Duration::from_millis(s.shutdown_grace_ms.unwrap_or(5_000)),
             cluster,
+            data_dir,
         })
     }
 }
@@ -654,6 +673,13 @@ mod tests {
                     ..Settings::default()
                 },
                 "log",
+            ),
+            (
+                Settings {
+                    data_dir: Some(PathBuf::new()),
+                    ..Settings::default()
+                },
+                "data_dir",
             ),
         ];
         for (settings, key) in cases {

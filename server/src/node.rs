@@ -234,8 +234,9 @@ impl std::fmt::Debug for Node {
 }
 
 impl Node {
-    /// Starts a single in-memory node: a one-member raft cluster on the
-    /// same code path as a replicated one, formed at once. Its writer,
+    /// Starts a single node: a one-member raft cluster on the same code
+    /// path as a replicated one, formed at once (or, on a data dir that
+    /// holds one already, restarted as it was). Its writer,
     /// sweeper and raft run on `tasks` until `cancel` fires.
     pub async fn start(
         config: ValidConfig,
@@ -264,9 +265,12 @@ impl Node {
         )
         .await?;
         let raft = node.raft().cloned().expect("a replicated node has raft");
-        raft.initialize(std::collections::BTreeMap::from([(id, me)]))
-            .await
-            .map_err(|e| crate::raft::StartError::Form(e.to_string()))?;
+        // A durable node restarting on its data dir is already formed.
+        if !raft.is_initialized().await? {
+            raft.initialize(std::collections::BTreeMap::from([(id, me)]))
+                .await
+                .map_err(|e| crate::raft::StartError::Form(e.to_string()))?;
+        }
         raft.wait(None)
             .current_leader(id, "a single node leads itself")
             .await
@@ -296,14 +300,23 @@ impl Node {
         let waiters = Waiters::default();
         let machine = StateMachine::new(config.node_id, state.clone(), clock, waiters.clone());
         let raft_config = Arc::new(raft_config.validate()?);
-        let raft = crate::raft::Raft::new(
-            config.node_id,
-            raft_config,
-            network,
-            LogStore::default(),
-            machine,
-        )
-        .await?;
+        let mut closed = None;
+        let (log, machine) = match &config.data_dir {
+            None => (LogStore::default(), machine),
+            Some(dir) => {
+                let (disk, mut loaded) = crate::raft::disk::Disk::open(dir, config.node_id)?;
+                let path = disk.path().to_owned();
+                closed = Some(disk.watch_close());
+                let snapshot = loaded.snapshot.take();
+                let log = LogStore::durable(disk.clone(), loaded);
+                let machine = machine
+                    .durable(disk, snapshot)
+                    .map_err(|source| crate::raft::StartError::Snapshot { path, source })?;
+                (log, machine)
+            }
+        };
+        let raft =
+            crate::raft::Raft::new(config.node_id, raft_config, network, log, machine).await?;
         let writer = crate::raft::writer::RaftWriter::start(
             raft.clone(),
             config.node_id,
@@ -335,6 +348,16 @@ impl Node {
             cancel.cancelled().await;
             if let Err(e) = raft.shutdown().await {
                 tracing::warn!(error = %e, "raft did not stop cleanly");
+            }
+            // Raft's state machine and replication tasks let go of the
+            // store shortly after its core stops. Waiting for that here
+            // means a joined node has closed its file cleanly (no repair
+            // at the next open) and the same dir can be opened again.
+            if let Some(closed) = closed {
+                let grace = std::time::Duration::from_secs(5);
+                if tokio::time::timeout(grace, closed.wait()).await.is_err() {
+                    tracing::warn!(?grace, "the raft store is still open after shutdown");
+                }
             }
         });
         Ok(node)

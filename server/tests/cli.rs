@@ -88,3 +88,19 @@ fn help_exits_zero() {
     assert_eq!(output.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&output.stdout).contains("--http-port"));
 }
+
+#[test]
+fn a_data_dir_it_cannot_use_stops_the_server_naming_the_file_and_leaves_it_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("understudy.redb");
+    std::fs::write(&file, b"not a raft store").unwrap();
+    let output = understudy()
+        .args(["--http-port", "0", "--grpc-port", "0", "--data-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!output.status.success(), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("understudy.redb"), "{stderr}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"not a raft store");
+}

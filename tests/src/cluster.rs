@@ -1,8 +1,11 @@
 //! An in-process replicated cluster for tests: every node's raft service
 //! on its own port 0, one shared [`LinkFaults`] that can cut, delay and
-//! drop any link, and helpers that wait on conditions with deadlines.
+//! drop any link, and helpers that wait on conditions with deadlines. A
+//! durable cluster keeps each node's raft state in a data dir and can be
+//! stopped and restarted whole on the same dirs and raft addresses.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,6 +52,17 @@ pub fn test_raft_config() -> openraft::Config {
     }
 }
 
+/// [`test_raft_config`] that snapshots every few entries and keeps no log
+/// behind a snapshot, so a restart goes through a persisted snapshot and a
+/// purged log.
+pub fn snapshotting_raft_config() -> openraft::Config {
+    openraft::Config {
+        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(4),
+        max_in_snapshot_log_to_keep: 0,
+        ..test_raft_config()
+    }
+}
+
 /// A replicated cluster in this process.
 pub struct TestCluster {
     /// The nodes, by id.
@@ -58,17 +72,41 @@ pub struct TestCluster {
     /// Every member ever started, by id.
     pub members: BTreeMap<NodeId, Member>,
     settings: Settings,
+    raft_config: openraft::Config,
+    data_dirs: BTreeMap<NodeId, PathBuf>,
 }
 
 impl TestCluster {
     /// Starts `n` nodes (ids 1..=n, DC `dc1`) and initialises them as one
     /// cluster from node 1; returns once a leader is known.
     pub async fn start(n: u64, settings: Settings) -> anyhow::Result<Self> {
+        Self::start_with(n, settings, test_raft_config(), BTreeMap::new()).await
+    }
+
+    /// Starts `n` nodes like [`TestCluster::start`], node `id` keeping its
+    /// raft state in `dirs[&id]`, under `raft_config`.
+    pub async fn start_durable(
+        n: u64,
+        settings: Settings,
+        raft_config: openraft::Config,
+        dirs: BTreeMap<NodeId, PathBuf>,
+    ) -> anyhow::Result<Self> {
+        Self::start_with(n, settings, raft_config, dirs).await
+    }
+
+    async fn start_with(
+        n: u64,
+        settings: Settings,
+        raft_config: openraft::Config,
+        data_dirs: BTreeMap<NodeId, PathBuf>,
+    ) -> anyhow::Result<Self> {
         let mut cluster = Self {
             nodes: BTreeMap::new(),
             faults: LinkFaults::new(7),
             members: BTreeMap::new(),
             settings,
+            raft_config,
+            data_dirs,
         };
         for id in 1..=n {
             cluster.add_node(id).await?;
@@ -87,12 +125,37 @@ impl TestCluster {
     /// Starts node `id` (not yet a member of anything).
     pub async fn add_node(&mut self, id: NodeId) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        self.serve_node(id, listener).await
+    }
+
+    /// Stops every node, then starts each again on its data dir and its
+    /// old raft address (the members' addresses are in the durable log);
+    /// returns once they agree on a leader.
+    pub async fn restart_all(&mut self, within: Duration) -> anyhow::Result<NodeId> {
+        let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
+        for id in &ids {
+            self.stop(*id).await;
+        }
+        for id in &ids {
+            let addr = self.members[id].raft_addr.clone();
+            let listener = bind_again(&addr, within).await?;
+            self.serve_node(*id, listener).await?;
+        }
+        self.leader(within).await
+    }
+
+    async fn serve_node(
+        &mut self,
+        id: NodeId,
+        listener: tokio::net::TcpListener,
+    ) -> anyhow::Result<()> {
         let raft_addr = listener.local_addr()?.to_string();
         let config = ValidConfig::from_settings(Settings {
             node_id: Some(id),
             http_port: Some(0),
             grpc_port: Some(0),
             write_timeout_ms: Some(3000),
+            data_dir: self.data_dirs.get(&id).cloned(),
             ..self.settings.clone()
         })?;
         let network = Network::new(id, self.faults.clone(), NetworkOptions::default());
@@ -103,7 +166,7 @@ impl TestCluster {
             Clock::system(),
             &tasks,
             cancel.clone(),
-            test_raft_config(),
+            self.raft_config.clone(),
             network.clone(),
             Arc::new(network),
         )
@@ -219,6 +282,20 @@ impl TestCluster {
         let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
         for id in ids {
             self.stop(id).await;
+        }
+    }
+}
+
+/// Binds `addr` again once the stopped node's listener is gone.
+async fn bind_again(addr: &str, within: Duration) -> anyhow::Result<tokio::net::TcpListener> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => return Ok(listener),
+            Err(e) if tokio::time::Instant::now() > deadline => {
+                anyhow::bail!("cannot bind {addr} again within {within:?}: {e}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
         }
     }
 }

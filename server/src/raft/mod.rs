@@ -9,9 +9,12 @@
 //!
 //! Entries and snapshots are encoded with postcard behind a format version
 //! byte ([`codec`]). Raft traffic has its own gRPC service on its own port
-//! ([`network`]), never the Nacos dispatch.
+//! ([`network`]), never the Nacos dispatch. With a data dir the log, vote,
+//! commit point and latest snapshot are also kept in a redb file
+//! ([`disk`]); without one, in memory ([`store`]).
 
 pub mod codec;
+pub mod disk;
 pub mod network;
 pub mod store;
 pub mod writer;
@@ -84,6 +87,17 @@ pub enum StartError {
     /// Raft could not start on its storage.
     #[error("raft did not start: {0}")]
     Raft(#[from] openraft::error::Fatal<NodeId>),
+    /// The data dir's raft store was refused or cannot be read.
+    #[error("{0}")]
+    Store(#[from] disk::DiskError),
+    /// The snapshot in the data dir cannot be decoded.
+    #[error("the snapshot in {path} cannot be decoded (left as it is): {source}")]
+    Snapshot {
+        /// The store file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: codec::CodecError,
+    },
     /// A single node could not form its one-member cluster.
     #[error("the single-node cluster did not form: {0}")]
     Form(String),

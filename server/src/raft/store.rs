@@ -1,9 +1,11 @@
-//! The raft log (in memory) and the state machine over the node's
-//! [`State`]. The state machine applies each committed batch through the
-//! core and hands the results to the node's own waiting proposer, if the
+//! The raft log (in memory, written through to a [`Disk`] in durable
+//! mode) and the state machine over the node's [`State`]. The state
+//! machine applies each committed batch through the core and hands the results to the node's own waiting proposer, if the
 //! batch came from this node; a snapshot is the registry's sorted snapshot
 //! with the last applied log id and membership, postcard behind the
-//! format byte. Nothing here talks to the network.
+//! format byte. In durable mode the state machine keeps each snapshot it
+//! builds or installs on disk and starts from it. Nothing here talks to
+//! the network.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
@@ -21,6 +23,7 @@ use tokio::sync::oneshot;
 use understudy_core::{Change, RegistrySnapshot};
 
 use super::codec;
+use super::disk::{Disk, Loaded, PersistedSnapshot, StoreError};
 use super::{BatchApplied, Member, NodeId, TypeConfig};
 use crate::clock::Clock;
 use crate::node::State;
@@ -32,10 +35,55 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The raft log, vote and commit point, in memory.
+/// The raft log, vote and commit point, in memory; with a [`Disk`], every
+/// change is also committed to it (durably) before raft is told it is done,
+/// and reads still come from memory.
 #[derive(Debug, Clone, Default)]
 pub struct LogStore {
     inner: Arc<Mutex<LogInner>>,
+    disk: Option<Disk>,
+}
+
+impl LogStore {
+    /// A durable log over `disk`, starting from what was read from it.
+    pub fn durable(disk: Disk, loaded: Loaded) -> Self {
+        let inner = LogInner {
+            vote: loaded.vote,
+            committed: loaded.committed,
+            last_purged: loaded.last_purged,
+            log: loaded
+                .log
+                .into_iter()
+                .map(|e| (e.log_id.index, e))
+                .collect(),
+        };
+        Self {
+            inner: Arc::new(Mutex::new(inner)),
+            disk: Some(disk),
+        }
+    }
+
+    /// Runs a disk write off the async workers: each is an fsync.
+    async fn on_disk<F>(&self, write: F) -> Result<(), StoreError>
+    where
+        F: FnOnce(&Disk) -> Result<(), StoreError> + Send + 'static,
+    {
+        let Some(disk) = self.disk.clone() else {
+            return Ok(());
+        };
+        tokio::task::spawn_blocking(move || write(&disk))
+            .await
+            .map_err(|e| StoreError::from(redb::Error::Io(std::io::Error::other(e))))?
+    }
+}
+
+fn write_error(
+    e: impl std::error::Error + 'static,
+    what: fn(openraft::AnyError) -> StorageIOError<NodeId>,
+) -> StorageError<NodeId> {
+    StorageError::IO {
+        source: what(openraft::AnyError::new(&e)),
+    }
 }
 
 #[derive(Debug, Default)]
@@ -81,6 +129,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
+        let saved = *vote;
+        self.on_disk(move |disk| disk.save_vote(&saved))
+            .await
+            .map_err(|e| write_error(e, StorageIOError::write_vote))?;
         lock(&self.inner).vote = Some(*vote);
         Ok(())
     }
@@ -93,6 +145,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         &mut self,
         committed: Option<LogId<NodeId>>,
     ) -> Result<(), StorageError<NodeId>> {
+        self.on_disk(move |disk| disk.save_committed(committed))
+            .await
+            .map_err(|e| write_error(e, StorageIOError::write))?;
         lock(&self.inner).committed = committed;
         Ok(())
     }
@@ -110,23 +165,54 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        if self.disk.is_none() {
+            let mut inner = lock(&self.inner);
+            for entry in entries {
+                inner.log.insert(entry.log_id.index, entry);
+            }
+            // In memory, written is flushed.
+            callback.log_io_completed(Ok(()));
+            return Ok(());
+        }
+        let entries: Vec<Entry<TypeConfig>> = entries.into_iter().collect();
+        {
+            let mut encoded = Vec::with_capacity(entries.len());
+            for entry in &entries {
+                let bytes =
+                    codec::encode(entry).map_err(|e| write_error(e, StorageIOError::write_logs))?;
+                encoded.push((entry.log_id.index, bytes));
+            }
+            // Durable before raft hears it is flushed: an acknowledged
+            // entry survives a crash.
+            if let Err(e) = self.on_disk(move |disk| disk.append(&encoded)).await {
+                let io = std::io::Error::other(e.to_string());
+                callback.log_io_completed(Err(io));
+                return Err(write_error(e, StorageIOError::write_logs));
+            }
+        }
         {
             let mut inner = lock(&self.inner);
             for entry in entries {
                 inner.log.insert(entry.log_id.index, entry);
             }
         }
-        // In memory, written is flushed.
         callback.log_io_completed(Ok(()));
         Ok(())
     }
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        let index = log_id.index;
+        self.on_disk(move |disk| disk.truncate(index))
+            .await
+            .map_err(|e| write_error(e, StorageIOError::write_logs))?;
         lock(&self.inner).log.split_off(&log_id.index);
         Ok(())
     }
 
     async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        self.on_disk(move |disk| disk.purge(log_id))
+            .await
+            .map_err(|e| write_error(e, StorageIOError::write_logs))?;
         let mut inner = lock(&self.inner);
         inner.last_purged = Some(log_id);
         inner.log = inner.log.split_off(&(log_id.index + 1));
@@ -186,6 +272,7 @@ pub struct StateMachine {
     membership: StoredMembership<NodeId, Member>,
     current: Arc<Mutex<Option<StoredSnapshot>>>,
     snapshots_built: u64,
+    disk: Option<Disk>,
 }
 
 impl StateMachine {
@@ -201,8 +288,55 @@ impl StateMachine {
             membership: StoredMembership::default(),
             current: Arc::new(Mutex::new(None)),
             snapshots_built: 0,
+            disk: None,
         }
     }
+
+    /// Keeps every snapshot on `disk`, and starts from `snapshot` (the one
+    /// kept there last), so raft re-applies only the log after it.
+    pub fn durable(
+        mut self,
+        disk: Disk,
+        snapshot: Option<PersistedSnapshot>,
+    ) -> Result<Self, codec::CodecError> {
+        if let Some(snapshot) = snapshot {
+            let body: SnapshotBody = codec::decode(&snapshot.bytes)?;
+            self.state.restore(body.registry);
+            self.last_applied = snapshot.meta.last_log_id;
+            self.membership = snapshot.meta.last_membership.clone();
+            *lock(&self.current) = Some(StoredSnapshot {
+                meta: snapshot.meta,
+                bytes: Arc::new(snapshot.bytes),
+            });
+        }
+        self.disk = Some(disk);
+        Ok(self)
+    }
+}
+
+/// Keeps a snapshot on disk, off the async workers (an fsync).
+async fn persist(
+    disk: Option<&Disk>,
+    snapshot: &StoredSnapshot,
+) -> Result<(), StorageError<NodeId>> {
+    let Some(disk) = disk.cloned() else {
+        return Ok(());
+    };
+    let persisted = PersistedSnapshot {
+        meta: snapshot.meta.clone(),
+        bytes: snapshot.bytes.as_ref().clone(),
+    };
+    let signature = snapshot.meta.signature();
+    let fail = |e: StoreError| StorageError::IO {
+        source: StorageIOError::write_snapshot(
+            Some(signature.clone()),
+            openraft::AnyError::new(&e),
+        ),
+    };
+    tokio::task::spawn_blocking(move || disk.save_snapshot(&persisted))
+        .await
+        .map_err(|e| fail(redb::Error::Io(std::io::Error::other(e)).into()))?
+        .map_err(fail)
 }
 
 fn io_error(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
@@ -261,6 +395,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             }),
             id: self.snapshots_built,
             current: self.current.clone(),
+            disk: self.disk.clone(),
         }
     }
 
@@ -277,13 +412,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     ) -> Result<(), StorageError<NodeId>> {
         let bytes = snapshot.into_inner();
         let body: SnapshotBody = codec::decode(&bytes).map_err(io_error)?;
+        let stored = StoredSnapshot {
+            meta: meta.clone(),
+            bytes: Arc::new(bytes),
+        };
+        // On disk first: a crash after this restarts from the snapshot.
+        persist(self.disk.as_ref(), &stored).await?;
         self.state.restore(body.registry);
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
-        *lock(&self.current) = Some(StoredSnapshot {
-            meta: meta.clone(),
-            bytes: Arc::new(bytes),
-        });
+        *lock(&self.current) = Some(stored);
         Ok(())
     }
 
@@ -303,6 +441,7 @@ pub struct SnapshotBuilder {
     body: Option<SnapshotBody>,
     id: u64,
     current: Arc<Mutex<Option<StoredSnapshot>>>,
+    disk: Option<Disk>,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
@@ -318,10 +457,12 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             last_membership: body.membership,
             snapshot_id: format!("{}-{}", body.last_applied.map_or(0, |l| l.index), self.id),
         };
-        *lock(&self.current) = Some(StoredSnapshot {
+        let stored = StoredSnapshot {
             meta: meta.clone(),
             bytes: Arc::new(bytes.clone()),
-        });
+        };
+        persist(self.disk.as_ref(), &stored).await?;
+        *lock(&self.current) = Some(stored);
         Ok(Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(bytes)),
@@ -484,5 +625,33 @@ mod tests {
             .map(|e| e.log_id.index)
             .collect();
         assert_eq!(left, vec![4, 5, 6, 7]);
+    }
+
+    #[tokio::test]
+    async fn a_durable_machine_keeps_its_snapshot_and_a_new_one_starts_from_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (disk, loaded) = Disk::open(dir.path(), 1).unwrap();
+        let (machine, state) = machine_on(1);
+        let mut machine = machine.durable(disk, loaded.snapshot).unwrap();
+        machine
+            .apply((1..=5).map(|i| entry(i, vec![register(i as u16)])))
+            .await
+            .unwrap();
+        let built = machine
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        drop(machine);
+
+        let (disk, loaded) = Disk::open(dir.path(), 1).unwrap();
+        let (fresh, restored) = machine_on(1);
+        let mut restarted = fresh.durable(disk, loaded.snapshot).unwrap();
+        assert_eq!(restored.registry().snapshot(), state.registry().snapshot());
+        let (applied, _) = restarted.applied_state().await.unwrap();
+        assert_eq!(applied.map(|l| l.index), Some(5));
+        let current = restarted.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!(current.meta, built.meta);
     }
 }

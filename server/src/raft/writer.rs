@@ -77,7 +77,14 @@ impl RaftWriter {
             node_id,
             waiters,
             forward,
-            seq: AtomicU64::new(0),
+            // Unique across restarts: a durable log may still hold this
+            // node's batches from before, applied after this start, and
+            // their results must not reach a new proposer.
+            seq: AtomicU64::new(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64),
+            ),
             timeout,
         });
         tasks.spawn(run(proposer, urgent_rx, normal_rx, tasks.clone(), cancel));

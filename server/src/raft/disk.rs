@@ -1,0 +1,497 @@
+//! Durable raft storage (`--data-dir`): the log, the vote, the commit
+//! point and the latest snapshot in one redb file, `understudy.redb`,
+//! under the data dir. The file carries a `meta` table (format number and
+//! node id); a file of a newer format, of another node, or that cannot be
+//! read is refused by name and left exactly as it is. Every write is one
+//! durable redb commit (fsynced) before it returns. Values are the raft
+//! codec's bytes ([`codec`]). This module only reads and writes the file;
+//! the in-memory view and raft's callbacks live in [`super::store`].
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use openraft::{Entry, LogId, SnapshotMeta, Vote};
+use redb::{Database, ReadableTable, TableDefinition};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use super::codec::{self, CodecError};
+use super::{Member, NodeId, TypeConfig};
+
+/// The layout this build writes and reads; bump it when a table or value
+/// changes shape.
+pub const FORMAT: u64 = 1;
+
+/// The file's name under the data dir.
+pub const FILE_NAME: &str = "understudy.redb";
+
+const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
+const LOG: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("log");
+const STATE: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("state");
+
+const VOTE: &str = "vote";
+const COMMITTED: &str = "committed";
+const LAST_PURGED: &str = "last_purged";
+const SNAPSHOT: &str = "snapshot";
+
+/// Why the raft store could not be opened or written.
+#[derive(Debug, Error)]
+pub enum DiskError {
+    /// The data dir could not be created.
+    #[error("cannot create data dir {path}: {source}")]
+    Dir {
+        /// The dir.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// redb refused the file or a transaction on it.
+    #[error("raft store {path} cannot be used (left as it is): {source}")]
+    Store {
+        /// The file.
+        path: PathBuf,
+        /// redb's error.
+        source: Box<redb::Error>,
+    },
+    /// The file was written by a newer (or unknown) format.
+    #[error(
+        "raft store {path} has format {found}; this build reads format {FORMAT} (left as it is)"
+    )]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// The format found.
+        found: u64,
+    },
+    /// The file belongs to another node.
+    #[error("raft store {path} belongs to node {found}, not this node {expected} (left as it is)")]
+    OtherNode {
+        /// The file.
+        path: PathBuf,
+        /// The node id found.
+        found: u64,
+        /// This node's id.
+        expected: u64,
+    },
+    /// A value in the file cannot be decoded.
+    #[error("raft store {path} is corrupt: {what}: {source} (left as it is)")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// Which value.
+        what: String,
+        /// Why.
+        source: CodecError,
+    },
+    /// The file has a data table but no `meta` table.
+    #[error(
+        "raft store {path} has no meta table; it is not an understudy raft store (left as it is)"
+    )]
+    NoMeta {
+        /// The file.
+        path: PathBuf,
+    },
+}
+
+/// A read or write of the open file that failed (boxed: redb's error is
+/// large and travels through every storage call).
+#[derive(Debug, Error)]
+#[error("raft store I/O failed: {0}")]
+pub struct StoreError(Box<redb::Error>);
+
+macro_rules! store_error_from {
+    ($($t:ty),*) => {$(
+        impl From<$t> for StoreError {
+            fn from(e: $t) -> Self {
+                StoreError(Box::new(e.into()))
+            }
+        }
+    )*};
+}
+
+store_error_from!(
+    redb::Error,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError
+);
+
+impl From<CodecError> for StoreError {
+    fn from(e: CodecError) -> Self {
+        StoreError(Box::new(redb::Error::Io(std::io::Error::other(e))))
+    }
+}
+
+/// A snapshot as kept in the file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PersistedSnapshot {
+    /// Raft's description of it.
+    pub meta: SnapshotMeta<NodeId, Member>,
+    /// The snapshot's bytes (the raft codec's, as sent to followers).
+    pub bytes: Vec<u8>,
+}
+
+/// Everything read from the file at open.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    /// The vote.
+    pub vote: Option<Vote<NodeId>>,
+    /// The commit point.
+    pub committed: Option<LogId<NodeId>>,
+    /// The last purged log id.
+    pub last_purged: Option<LogId<NodeId>>,
+    /// The log, in index order.
+    pub log: Vec<Entry<TypeConfig>>,
+    /// The latest snapshot.
+    pub snapshot: Option<PersistedSnapshot>,
+}
+
+/// The open raft store file; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Disk {
+    db: Arc<Open>,
+    path: Arc<PathBuf>,
+}
+
+/// The database and, dropped after it (fields drop in order), the signal
+/// that it is closed: redb's own drop flushes and unlocks the file, which
+/// takes a moment after the last handle is gone.
+#[derive(Debug)]
+struct Open {
+    db: Database,
+    closed: tokio::sync::watch::Sender<()>,
+}
+
+impl Disk {
+    /// Opens (or creates) `dir/understudy.redb` for node `node_id` and
+    /// reads it whole.
+    pub fn open(dir: &Path, node_id: NodeId) -> Result<(Disk, Loaded), DiskError> {
+        std::fs::create_dir_all(dir).map_err(|source| DiskError::Dir {
+            path: dir.to_owned(),
+            source,
+        })?;
+        let path = dir.join(FILE_NAME);
+        let store = |e: redb::Error| DiskError::Store {
+            path: path.clone(),
+            source: Box::new(e),
+        };
+        // redb initialises only an empty file; anything else must carry
+        // its magic number, so a stranger's file is refused, not reused.
+        let db = Database::create(&path).map_err(|e| store(e.into()))?;
+        let meta = read_meta(&db).map_err(|e| store(*e.0))?;
+        match meta {
+            Meta::Fresh => {
+                let tx = db.begin_write().map_err(|e| store(e.into()))?;
+                {
+                    let mut meta = tx.open_table(META).map_err(|e| store(e.into()))?;
+                    meta.insert("format", FORMAT).map_err(|e| store(e.into()))?;
+                    meta.insert("node_id", node_id)
+                        .map_err(|e| store(e.into()))?;
+                    tx.open_table(LOG).map_err(|e| store(e.into()))?;
+                    tx.open_table(STATE).map_err(|e| store(e.into()))?;
+                }
+                tx.commit().map_err(|e| store(e.into()))?;
+            }
+            Meta::Missing => return Err(DiskError::NoMeta { path }),
+            Meta::Found { format, .. } if format != FORMAT => {
+                return Err(DiskError::Format {
+                    path,
+                    found: format,
+                })
+            }
+            Meta::Found { node_id: found, .. } if found != node_id => {
+                return Err(DiskError::OtherNode {
+                    path,
+                    found,
+                    expected: node_id,
+                })
+            }
+            Meta::Found { .. } => {}
+        }
+        let loaded = load(&db, &path)?;
+        let (closed, _) = tokio::sync::watch::channel(());
+        Ok((
+            Disk {
+                db: Arc::new(Open { db, closed }),
+                path: Arc::new(path),
+            },
+            loaded,
+        ))
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Tells when the file is closed, without keeping it open.
+    pub fn watch_close(&self) -> Closed {
+        Closed(self.db.closed.subscribe())
+    }
+
+    /// Writes `entries` (index, encoded entry) in one durable commit.
+    pub fn append(&self, entries: &[(u64, Vec<u8>)]) -> Result<(), StoreError> {
+        let tx = self.db.db.begin_write()?;
+        {
+            let mut log = tx.open_table(LOG)?;
+            for (index, bytes) in entries {
+                log.insert(*index, bytes.as_slice())?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Removes the log from `index` on, in one durable commit.
+    pub fn truncate(&self, index: u64) -> Result<(), StoreError> {
+        let tx = self.db.db.begin_write()?;
+        {
+            let mut log = tx.open_table(LOG)?;
+            log.retain_in(index.., |_, _| false)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Removes the log up to and including `log_id` and records it as
+    /// purged, in one durable commit.
+    pub fn purge(&self, log_id: LogId<NodeId>) -> Result<(), StoreError> {
+        let bytes = codec::encode(&log_id)?;
+        let tx = self.db.db.begin_write()?;
+        {
+            let mut log = tx.open_table(LOG)?;
+            log.retain_in(..=log_id.index, |_, _| false)?;
+            let mut state = tx.open_table(STATE)?;
+            state.insert(LAST_PURGED, bytes.as_slice())?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Saves the vote, durably.
+    pub fn save_vote(&self, vote: &Vote<NodeId>) -> Result<(), StoreError> {
+        self.put(VOTE, &codec::encode(vote)?)
+    }
+
+    /// Saves the commit point.
+    pub fn save_committed(&self, committed: Option<LogId<NodeId>>) -> Result<(), StoreError> {
+        self.put(COMMITTED, &codec::encode(&committed)?)
+    }
+
+    /// Saves the latest snapshot.
+    pub fn save_snapshot(&self, snapshot: &PersistedSnapshot) -> Result<(), StoreError> {
+        self.put(SNAPSHOT, &codec::encode(snapshot)?)
+    }
+
+    fn put(&self, key: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        let tx = self.db.db.begin_write()?;
+        {
+            let mut state = tx.open_table(STATE)?;
+            state.insert(key, bytes)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+/// Tells when every handle of a [`Disk`] is gone and the file is closed.
+#[derive(Debug)]
+pub struct Closed(tokio::sync::watch::Receiver<()>);
+
+impl Closed {
+    /// Resolves once the file is closed and unlocked.
+    pub async fn wait(mut self) {
+        while self.0.changed().await.is_ok() {}
+    }
+}
+
+enum Meta {
+    /// A new, empty database.
+    Fresh,
+    /// Tables, but no meta table.
+    Missing,
+    Found {
+        format: u64,
+        node_id: u64,
+    },
+}
+
+fn read_meta(db: &Database) -> Result<Meta, StoreError> {
+    let tx = db.begin_read()?;
+    let meta = match tx.open_table(META) {
+        Ok(meta) => meta,
+        Err(redb::TableError::TableDoesNotExist(_)) => {
+            let empty = tx.list_tables()?.next().is_none();
+            return Ok(if empty { Meta::Fresh } else { Meta::Missing });
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let format = meta.get("format")?.map(|v| v.value());
+    let node_id = meta.get("node_id")?.map(|v| v.value());
+    Ok(match (format, node_id) {
+        (Some(format), Some(node_id)) => Meta::Found { format, node_id },
+        // A meta table without both keys was not written by us.
+        _ => Meta::Missing,
+    })
+}
+
+fn load(db: &Database, path: &Path) -> Result<Loaded, DiskError> {
+    let store = |e: redb::Error| DiskError::Store {
+        path: path.to_owned(),
+        source: Box::new(e),
+    };
+    let corrupt = |what: String, source: CodecError| DiskError::Corrupt {
+        path: path.to_owned(),
+        what,
+        source,
+    };
+    let tx = db.begin_read().map_err(|e| store(e.into()))?;
+    let state = tx.open_table(STATE).map_err(|e| store(e.into()))?;
+    let mut loaded = Loaded::default();
+    if let Some(v) = state.get(VOTE).map_err(|e| store(e.into()))? {
+        loaded.vote = Some(codec::decode(v.value()).map_err(|e| corrupt("the vote".into(), e))?);
+    }
+    if let Some(v) = state.get(COMMITTED).map_err(|e| store(e.into()))? {
+        loaded.committed =
+            codec::decode(v.value()).map_err(|e| corrupt("the commit point".into(), e))?;
+    }
+    if let Some(v) = state.get(LAST_PURGED).map_err(|e| store(e.into()))? {
+        loaded.last_purged = Some(
+            codec::decode(v.value()).map_err(|e| corrupt("the last purged log id".into(), e))?,
+        );
+    }
+    if let Some(v) = state.get(SNAPSHOT).map_err(|e| store(e.into()))? {
+        loaded.snapshot =
+            Some(codec::decode(v.value()).map_err(|e| corrupt("the snapshot".into(), e))?);
+    }
+    let log = tx.open_table(LOG).map_err(|e| store(e.into()))?;
+    for row in log.iter().map_err(|e| store(e.into()))? {
+        let (index, bytes) = row.map_err(|e| store(e.into()))?;
+        let index = index.value();
+        let entry: Entry<TypeConfig> =
+            codec::decode(bytes.value()).map_err(|e| corrupt(format!("log entry {index}"), e))?;
+        loaded.log.push(entry);
+    }
+    Ok(loaded)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::{CommittedLeaderId, EntryPayload};
+
+    fn log_id(index: u64) -> LogId<NodeId> {
+        LogId::new(CommittedLeaderId::new(1, 1), index)
+    }
+
+    fn entry(index: u64) -> (u64, Vec<u8>) {
+        let entry: Entry<TypeConfig> = Entry {
+            log_id: log_id(index),
+            payload: EntryPayload::Blank,
+        };
+        (index, codec::encode(&entry).unwrap())
+    }
+
+    fn indexes(loaded: &Loaded) -> Vec<u64> {
+        loaded.log.iter().map(|e| e.log_id.index).collect()
+    }
+
+    #[test]
+    fn entries_vote_commit_point_purge_and_truncate_survive_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (disk, loaded) = Disk::open(dir.path(), 3).unwrap();
+            assert!(loaded.log.is_empty() && loaded.vote.is_none());
+            disk.append(&(1..=10).map(entry).collect::<Vec<_>>())
+                .unwrap();
+            disk.truncate(8).unwrap();
+            disk.purge(log_id(3)).unwrap();
+            disk.save_vote(&Vote::new(4, 3)).unwrap();
+            disk.save_committed(Some(log_id(6))).unwrap();
+        }
+        let (_disk, loaded) = Disk::open(dir.path(), 3).unwrap();
+        assert_eq!(indexes(&loaded), vec![4, 5, 6, 7]);
+        assert_eq!(loaded.vote, Some(Vote::new(4, 3)));
+        assert_eq!(loaded.committed, Some(log_id(6)));
+        assert_eq!(loaded.last_purged, Some(log_id(3)));
+        assert!(loaded.snapshot.is_none());
+    }
+
+    fn set_meta(path: &Path, key: &str, value: u64) {
+        let db = Database::create(path).unwrap();
+        let tx = db.begin_write().unwrap();
+        tx.open_table(META).unwrap().insert(key, value).unwrap();
+        tx.commit().unwrap();
+    }
+
+    #[test]
+    fn a_newer_format_is_refused_by_number_and_the_file_is_left_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(Disk::open(dir.path(), 1).unwrap());
+        let path = dir.path().join(FILE_NAME);
+        set_meta(&path, "format", FORMAT + 1);
+        let before = std::fs::read(&path).unwrap();
+        let err = Disk::open(dir.path(), 1).unwrap_err();
+        assert!(matches!(err, DiskError::Format { found, .. } if found == FORMAT + 1));
+        let message = err.to_string();
+        assert!(message.contains(FILE_NAME), "{message}");
+        assert!(
+            message.contains(&format!("format {}", FORMAT + 1)),
+            "{message}"
+        );
+        assert_eq!(std::fs::read(&path).unwrap(), before, "left byte for byte");
+    }
+
+    #[test]
+    fn another_nodes_file_is_refused_by_id_and_left_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (disk, _) = Disk::open(dir.path(), 2).unwrap();
+            disk.append(&[entry(1)]).unwrap();
+        }
+        let path = dir.path().join(FILE_NAME);
+        let before = std::fs::read(&path).unwrap();
+        let err = Disk::open(dir.path(), 5).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                DiskError::OtherNode {
+                    found: 2,
+                    expected: 5,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("node 2"), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), before, "left byte for byte");
+    }
+
+    #[test]
+    fn a_corrupt_file_or_entry_is_refused_and_left_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        std::fs::write(&path, b"not a redb file, just some bytes").unwrap();
+        let err = Disk::open(dir.path(), 1).unwrap_err();
+        assert!(matches!(err, DiskError::Store { .. }), "{err}");
+        assert!(err.to_string().contains(FILE_NAME), "{err}");
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            b"not a redb file, just some bytes"
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (disk, _) = Disk::open(dir.path(), 1).unwrap();
+            disk.append(&[entry(1), (2, vec![codec::FORMAT, 0xff, 0xff])])
+                .unwrap();
+        }
+        let path = dir.path().join(FILE_NAME);
+        let before = std::fs::read(&path).unwrap();
+        let err = Disk::open(dir.path(), 1).unwrap_err();
+        assert!(matches!(err, DiskError::Corrupt { .. }), "{err}");
+        assert!(err.to_string().contains("log entry 2"), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), before, "left byte for byte");
+    }
+}
