@@ -38,9 +38,15 @@ fn free_port() -> u16 {
 }
 
 fn start(n: u64) -> Vec<Proc> {
-    let ports: Vec<(u16, u16, u16)> = (0..n)
-        .map(|_| (free_port(), free_port(), free_port()))
-        .collect();
+    // Distinct ports: the OS may hand a just-released port out again.
+    let mut taken = BTreeSet::new();
+    let mut port = || loop {
+        let p = free_port();
+        if taken.insert(p) {
+            return p;
+        }
+    };
+    let ports: Vec<(u16, u16, u16)> = (0..n).map(|_| (port(), port(), port())).collect();
     (1..=n)
         .map(|id| {
             let (http, grpc, raft) = ports[(id - 1) as usize];
@@ -100,26 +106,31 @@ async fn status(client: &reqwest::Client, http: u16) -> Option<Value> {
 }
 
 /// Waits until every node in `nodes` names the same leader, one of them.
-async fn agreed_leader(client: &reqwest::Client, nodes: &[&Proc], within: Duration) -> u64 {
+async fn agreed_leader(client: &reqwest::Client, nodes: &mut [&mut Proc], within: Duration) -> u64 {
     let deadline = Instant::now() + within;
     loop {
         let mut leaders = BTreeSet::new();
-        for p in nodes {
+        for p in nodes.iter() {
             let leader = status(client, p.http)
                 .await
                 .and_then(|s| s["leader"].as_u64());
             leaders.insert(leader);
         }
         if leaders.len() == 1 {
-            if let Some(Some(leader)) = leaders.into_iter().next() {
+            if let Some(Some(leader)) = leaders.iter().next().copied() {
                 if nodes.iter().any(|p| p.id == leader) {
                     return leader;
                 }
             }
         }
+        for p in nodes.iter_mut() {
+            if let Some(Ok(Some(exit))) = p.child.as_mut().map(Child::try_wait) {
+                panic!("node {} exited early: {exit}", p.id);
+            }
+        }
         assert!(
             Instant::now() < deadline,
-            "no agreed leader among the nodes"
+            "no agreed leader among the nodes: {leaders:?}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -169,8 +180,8 @@ async fn listed(client: &reqwest::Client, http: u16) -> BTreeSet<u32> {
 async fn acknowledged_registrations_survive_the_leader_process_being_killed() {
     let client = reqwest::Client::new();
     let mut procs = start(3);
-    let all: Vec<&Proc> = procs.iter().collect();
-    let leader = agreed_leader(&client, &all, Duration::from_secs(20)).await;
+    let mut all: Vec<&mut Proc> = procs.iter_mut().collect();
+    let leader = agreed_leader(&client, &mut all, Duration::from_secs(30)).await;
 
     let acked = Arc::new(Mutex::new(Vec::<(u32, Instant)>::new()));
     let dead = Arc::new(Mutex::new(None::<u16>));
@@ -218,8 +229,8 @@ async fn acknowledged_registrations_survive_the_leader_process_being_killed() {
         w.await.expect("a writer");
     }
 
-    let survivors: Vec<&Proc> = procs.iter().filter(|p| p.id != leader).collect();
-    let new_leader = agreed_leader(&client, &survivors, Duration::from_secs(20)).await;
+    let mut survivors: Vec<&mut Proc> = procs.iter_mut().filter(|p| p.id != leader).collect();
+    let new_leader = agreed_leader(&client, &mut survivors, Duration::from_secs(30)).await;
     assert_ne!(new_leader, leader);
     let acked = acked.lock().unwrap().clone();
     let wanted: BTreeSet<u32> = acked.iter().map(|(p, _)| *p).collect();
