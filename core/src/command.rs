@@ -184,6 +184,20 @@ pub enum Op {
         /// Its key.
         key: ConfigKey,
     },
+    /// The leader has not heard from node `node` for longer than the owner
+    /// grace period: everything its connections own is removed (cause
+    /// [`RemovalCause::OwnerLost`]) and the node is marked lost until
+    /// [`Op::NodeBack`]. Instances that moved to another owner in time
+    /// are no longer its own and stay.
+    NodeLost {
+        /// The node.
+        node: u64,
+    },
+    /// A node marked lost answers the leader again.
+    NodeBack {
+        /// The node.
+        node: u64,
+    },
 }
 
 impl Op {
@@ -198,6 +212,7 @@ impl Op {
                 | Op::SetHealth { .. }
                 | Op::Expire { .. }
                 | Op::PurgeEmptyServices
+                | Op::NodeLost { .. }
         )
     }
 }

@@ -7,13 +7,15 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use serde::{Deserialize, Serialize};
+
 use crate::{
     Change, Event, HealthSource, HealthTimeouts, Instance, InstanceKey, Millis, Op, Owner,
     RemovalCause, ServiceKey,
 };
 
 /// An instance tracked by the liveness rules.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct LiveKey {
     /// Its service.
     pub service: ServiceKey,
@@ -69,7 +71,7 @@ impl Transition {
 }
 
 /// What a beat found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum BeatOutcome {
     /// The instance is not tracked here (unknown, or not beat-driven):
     /// Nacos answers 20404 so that the client registers again.
@@ -80,6 +82,9 @@ pub enum BeatOutcome {
     /// healthy again.
     Revived,
 }
+
+/// The deadline of a parked entry: never.
+const PARKED: Millis = Millis::MAX;
 
 #[derive(Debug, Clone)]
 struct Entry {
@@ -225,6 +230,24 @@ impl Liveness {
         self.lost.insert(owner, now.saturating_add(grace));
     }
 
+    /// Responsibility for the owners `moved` accepts has just come to this
+    /// node: their instances start a fresh grace period, as if they had
+    /// beaten now.
+    pub fn take_over(&mut self, now: Millis, moved: impl Fn(&Owner) -> bool) {
+        let keys: Vec<LiveKey> = self
+            .entries
+            .iter()
+            .filter(|(_, entry)| moved(&entry.owner))
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in keys {
+            if let Some(mut entry) = self.entries.get(&key).cloned() {
+                entry.last_beat = entry.last_beat.max(now);
+                self.schedule(key, entry, now);
+            }
+        }
+    }
+
     /// A lost connection came back in time.
     pub fn connection_restored(&mut self, owner: &Owner) {
         self.lost.remove(owner);
@@ -239,6 +262,15 @@ impl Liveness {
 
     /// The transitions due at `now`, earliest first.
     pub fn due(&mut self, now: Millis) -> Vec<Transition> {
+        self.due_for(now, |_| true)
+    }
+
+    /// The transitions due at `now` for the owners `mine` accepts (in a
+    /// cluster, those this node is responsible for). Other owners' entries
+    /// fall due without a transition and are parked: still tracked, but
+    /// without a deadline until a beat or [`Liveness::take_over`] wakes
+    /// them.
+    pub fn due_for(&mut self, now: Millis, mine: impl Fn(&Owner) -> bool) -> Vec<Transition> {
         let mut transitions = Vec::new();
         while let Some((at, _)) = self.deadlines.first() {
             if *at > now {
@@ -248,6 +280,11 @@ impl Liveness {
             let Some(mut entry) = self.entries.remove(&key) else {
                 continue;
             };
+            if !mine(&entry.owner) {
+                entry.deadline = PARKED;
+                self.entries.insert(key, entry);
+                continue;
+            }
             let silent = now.saturating_sub(entry.last_beat);
             if silent >= entry.timeouts.delete_after {
                 transitions.push(Transition::Expired {

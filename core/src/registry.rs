@@ -131,6 +131,9 @@ pub struct RegistrySnapshot {
     pub services: Vec<Arc<Service>>,
     /// Every config item.
     pub configs: Vec<(ConfigKey, Arc<ConfigItem>)>,
+    /// Nodes the leader declared lost ([`Op::NodeLost`]) and that have not
+    /// come back.
+    pub lost_nodes: Vec<u64>,
 }
 
 /// The registry.
@@ -149,6 +152,7 @@ pub struct Registry {
     /// The same index by service, to find an entry without a scan.
     empty_since: BTreeMap<ServiceKey, Millis>,
     configs: BTreeMap<ConfigKey, Arc<ConfigItem>>,
+    lost_nodes: BTreeSet<u64>,
 }
 
 fn default_namespace_info() -> NamespaceInfo {
@@ -172,6 +176,7 @@ impl Registry {
             empty_implicit: BTreeSet::new(),
             empty_since: BTreeMap::new(),
             configs: BTreeMap::new(),
+            lost_nodes: BTreeSet::new(),
         }
     }
 
@@ -305,6 +310,51 @@ impl Registry {
             .count()
     }
 
+    /// The connection owners held by node `node` that own instances.
+    pub fn owners_on(&self, node: u64) -> impl Iterator<Item = &Owner> {
+        let first = Owner::Connection {
+            node,
+            id: String::new(),
+        };
+        self.owners
+            .range(first..)
+            .map(|(owner, _)| owner)
+            .take_while(
+                move |owner| matches!(owner, Owner::Connection { node: n, .. } if *n == node),
+            )
+    }
+
+    /// The nodes holding connection owners, each once.
+    pub fn owner_nodes(&self) -> BTreeSet<u64> {
+        // Connection owners sort first, by node: jump from node to node
+        // rather than visiting every connection.
+        let mut nodes = BTreeSet::new();
+        let mut from = 0;
+        while let Some((Owner::Connection { node, .. }, _)) = self
+            .owners
+            .range(
+                Owner::Connection {
+                    node: from,
+                    id: String::new(),
+                }..,
+            )
+            .next()
+        {
+            nodes.insert(*node);
+            match node.checked_add(1) {
+                Some(next) => from = next,
+                None => break,
+            }
+        }
+        nodes
+    }
+
+    /// Nodes declared lost by the leader ([`Op::NodeLost`]) that have not
+    /// come back.
+    pub fn lost_nodes(&self) -> &BTreeSet<u64> {
+        &self.lost_nodes
+    }
+
     /// The changes after revision `after`, oldest first, or
     /// [`Error::HistoryCompacted`] when the log no longer holds them all
     /// (then take a fresh view).
@@ -352,6 +402,7 @@ impl Registry {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
+            lost_nodes: self.lost_nodes.iter().copied().collect(),
         }
     }
 
@@ -364,6 +415,7 @@ impl Registry {
             registry.namespaces.entry(id).or_default().info = Some(info);
         }
         registry.configs = snapshot.configs.into_iter().collect();
+        registry.lost_nodes = snapshot.lost_nodes.into_iter().collect();
         for service in snapshot.services {
             for (key, instance) in &service.instances {
                 registry
@@ -447,6 +499,10 @@ impl Registry {
                 self.publish_config(&mut tx, key, spec, cas_md5.as_deref())?
             }
             Op::RemoveConfig { key } => self.remove_config(&mut tx, key),
+            Op::NodeLost { node } => self.node_lost(&mut tx, *node),
+            Op::NodeBack { node } => {
+                self.lost_nodes.remove(node);
+            }
         }
         Ok(self.commit(tx))
     }
@@ -708,6 +764,14 @@ impl Registry {
             .collect();
         for (service, key) in doomed {
             self.remove_instance(tx, &service, &key, cause);
+        }
+    }
+
+    fn node_lost(&mut self, tx: &mut Tx, node: u64) {
+        self.lost_nodes.insert(node);
+        let owners: Vec<Owner> = self.owners_on(node).cloned().collect();
+        for owner in owners {
+            self.remove_owned(tx, &owner, None, RemovalCause::OwnerLost);
         }
     }
 

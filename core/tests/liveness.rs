@@ -246,3 +246,52 @@ fn a_deregistered_instance_is_no_longer_tracked() {
     assert_eq!(node.beat(&key), BeatOutcome::Unknown);
     assert_eq!(node.liveness.next_deadline(), None);
 }
+
+#[test]
+fn another_nodes_instances_are_parked_and_taken_over_with_a_fresh_grace_period() {
+    let mut node = Node::new();
+    let svc = ServiceKey::parse("", "", "shared").unwrap();
+    let mine = InstanceSpec::new("10.0.0.1", 80);
+    let theirs = InstanceSpec::new("10.0.0.2", 80);
+    let (mine_key, theirs_key) = (live_key(&svc, &mine), live_key(&svc, &theirs));
+    let t0 = node.now;
+    node.register(&svc, mine);
+    node.register(&svc, theirs);
+    let is_mine = |owner: &Owner| matches!(owner, Owner::Beat { ip, .. } if ip == "10.0.0.1");
+
+    // Both fall silent: only this node's instance turns unhealthy here.
+    let due = node.liveness.due_for(t0 + 15_000, is_mine);
+    assert_eq!(
+        due,
+        vec![Transition::Unhealthy {
+            key: mine_key.clone(),
+            owner: Owner::Beat {
+                ip: "10.0.0.1".into(),
+                port: 80
+            },
+        }]
+    );
+    // The other one is parked: no deadline of its own any more.
+    let next = node.liveness.next_deadline();
+    assert!(next.is_some_and(|at| at > t0 + 15_000), "{next:?}");
+    assert!(node
+        .liveness
+        .due_for(t0 + 60_000, |o| !is_mine(o))
+        .iter()
+        .all(|t| !matches!(t, Transition::Unhealthy { key, .. } | Transition::Expired { key, .. } if *key == theirs_key)));
+
+    // Responsibility moves here at t0 + 100 s: a fresh 15 s before anything.
+    let t1 = t0 + 100_000;
+    node.liveness.take_over(t1, |o| !is_mine(o));
+    assert!(node
+        .liveness
+        .due_for(t1 + 14_999, |_| true)
+        .iter()
+        .all(|t| !matches!(t, Transition::Unhealthy { key, .. } if *key == theirs_key)));
+    let due = node.liveness.due_for(t1 + 15_000, |_| true);
+    assert!(
+        due.iter()
+            .any(|t| matches!(t, Transition::Unhealthy { key, .. } if *key == theirs_key)),
+        "{due:?}"
+    );
+}

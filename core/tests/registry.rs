@@ -412,6 +412,80 @@ fn a_new_owner_takes_an_instance_over_in_place() {
 }
 
 #[test]
+fn a_lost_node_loses_what_its_connections_still_own_and_nothing_else() {
+    let mut reg = Registry::new(RegistryOptions::default());
+    let svc = key("", "", "owned");
+    let conn = |node: u64, id: &str| Owner::Connection {
+        node,
+        id: id.into(),
+    };
+    let registrations = [
+        (conn(1, "a"), 80),
+        (conn(1, "b"), 81),
+        (conn(1, "moving"), 82),
+        (conn(2, "c"), 83),
+        (conn(3, "d"), 84),
+        (beat_owner("10.0.0.9", 85), 85),
+    ];
+    for (owner, port) in &registrations {
+        reg.apply(&Command::new(
+            0,
+            Op::Register {
+                service: svc.clone(),
+                owner: owner.clone(),
+                instances: vec![InstanceSpec::new("10.0.0.1", *port)],
+            },
+        ))
+        .unwrap();
+    }
+    // The client of "moving" reconnected to node 2 in time.
+    reg.apply(&Command::new(
+        0,
+        Op::Register {
+            service: svc.clone(),
+            owner: conn(2, "moved"),
+            instances: vec![InstanceSpec::new("10.0.0.1", 82)],
+        },
+    ))
+    .unwrap();
+    assert_eq!(reg.owner_nodes().into_iter().collect::<Vec<_>>(), [1, 2, 3]);
+    assert_eq!(reg.owners_on(1).count(), 2);
+
+    let changes = reg
+        .apply(&Command::new(1, Op::NodeLost { node: 1 }))
+        .unwrap();
+    let mut removed: Vec<u16> = changes
+        .iter()
+        .map(|c| match &c.event {
+            Event::InstanceRemoved {
+                instance,
+                cause: RemovalCause::OwnerLost,
+                ..
+            } => instance.port,
+            other => panic!("unexpected change {other:?}"),
+        })
+        .collect();
+    removed.sort_unstable();
+    assert_eq!(removed, [80, 81]);
+    let ports: Vec<u16> = reg
+        .service(&svc)
+        .unwrap()
+        .instances()
+        .map(|i| i.port)
+        .collect();
+    assert_eq!(ports, [82, 83, 84, 85]);
+    assert_eq!(reg.lost_nodes().iter().copied().collect::<Vec<_>>(), [1]);
+    assert_eq!(reg.owner_nodes().into_iter().collect::<Vec<_>>(), [2, 3]);
+
+    // The mark travels in snapshots and goes when the node is back.
+    let restored = Registry::restore(reg.snapshot(), RegistryOptions::default());
+    assert!(restored.lost_nodes().contains(&1));
+    reg.apply(&Command::new(2, Op::NodeBack { node: 1 }))
+        .unwrap();
+    assert!(reg.lost_nodes().is_empty());
+}
+
+#[test]
 fn ephemeral_and_persistent_never_mix() {
     let mut reg = Registry::new(RegistryOptions::default());
     let svc = key("", "", "mixed");

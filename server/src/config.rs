@@ -68,17 +68,24 @@ pub struct Cli {
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
+// Built once per process from the command line; boxing `Serve` to keep it
+// as small as `Ctl` would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Serve one registry node (the default).
     Serve(ServeArgs),
+    /// Admin commands against a running node: export and import its
+    /// registry and configs.
+    Ctl(crate::ctl::CtlArgs),
 }
 
 impl Cli {
-    /// The serve arguments, whichever way they were given.
+    /// The serve arguments, whichever way they were given. (`ctl` serves
+    /// nothing; `main` runs it before it asks for these.)
     pub fn into_serve_args(self) -> ServeArgs {
         match self.command {
             Some(Command::Serve(args)) => args,
-            None => self.serve,
+            Some(Command::Ctl(_)) | None => self.serve,
         }
     }
 }
@@ -207,6 +214,12 @@ pub struct Settings {
     /// A follower hearing no leader for this long (up to twice it) starts an election, ms [default: 1000].
     #[arg(long, env = "UNDERSTUDY_RAFT_ELECTION_TIMEOUT_MS")]
     pub raft_election_timeout_ms: Option<u64>,
+    /// A member the leader has not heard from for this long is lost: what its client connections registered is removed, unless the clients re-registered elsewhere meanwhile, ms [default: 20000].
+    #[arg(long, env = "UNDERSTUDY_OWNER_GRACE_MS")]
+    pub owner_grace_ms: Option<u64>,
+    /// A node cut off from the cluster's majority for this long asks its Nacos gRPC clients to reconnect elsewhere and closes their connections, ms; shorter than owner_grace_ms [default: 10000].
+    #[arg(long, env = "UNDERSTUDY_QUORUM_LOSS_RESET_MS")]
+    pub quorum_loss_reset_ms: Option<u64>,
     /// Directory for the raft log, vote and snapshots (one redb file); none keeps them in memory [default: none].
     #[arg(long, env = "UNDERSTUDY_DATA_DIR", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
@@ -260,6 +273,8 @@ impl Settings {
             cluster_secret,
             raft_heartbeat_ms,
             raft_election_timeout_ms,
+            owner_grace_ms,
+            quorum_loss_reset_ms,
             data_dir,
         )
     }
@@ -345,6 +360,12 @@ pub struct ClusterConfig {
     pub heartbeat_ms: u64,
     /// Shortest election timeout, ms (the longest is twice it).
     pub election_timeout_ms: u64,
+    /// How long the leader waits for a silent member before removing what
+    /// its connections own.
+    pub owner_grace: Duration,
+    /// How long a node cut off from the majority keeps its gRPC clients
+    /// before sending them elsewhere.
+    pub quorum_loss_reset: Duration,
 }
 
 /// Parses `ID=HOST:PORT` or `ID=HOST:PORT@DC`.
@@ -528,6 +549,21 @@ impl ValidConfig {
                 "must be longer than raft_heartbeat_ms",
             ));
         }
+        let owner_grace_ms = positive("owner_grace_ms", s.owner_grace_ms, 20_000)?;
+        let quorum_loss_reset_ms =
+            positive("quorum_loss_reset_ms", s.quorum_loss_reset_ms, 10_000)?;
+        if quorum_loss_reset_ms >= owner_grace_ms {
+            return Err(invalid(
+                "quorum_loss_reset_ms",
+                "must be shorter than owner_grace_ms, so clients move before their owner is lost",
+            ));
+        }
+        if owner_grace_ms <= election_timeout_ms {
+            return Err(invalid(
+                "owner_grace_ms",
+                "must be longer than raft_election_timeout_ms",
+            ));
+        }
         let bind = s.bind.unwrap_or(IpAddr::from([127, 0, 0, 1]));
         let raft_port = s.raft_port.unwrap_or(7848);
         let advertise = match s.raft_advertise {
@@ -570,6 +606,8 @@ impl ValidConfig {
             secret,
             heartbeat_ms,
             election_timeout_ms,
+            owner_grace: Duration::from_millis(owner_grace_ms),
+            quorum_loss_reset: Duration::from_millis(quorum_loss_reset_ms),
         };
         Ok(Self {
             bind,
@@ -723,6 +761,24 @@ mod tests {
         assert!(err.contains("given twice"), "{err}");
         assert!(ValidConfig::default().cluster.peers.is_empty());
         assert_eq!(ValidConfig::default().cluster.raft_port, 7848);
+    }
+
+    #[test]
+    fn clients_are_sent_away_before_their_owner_is_lost() {
+        let with = |grace: u64, reset: u64| {
+            ValidConfig::from_settings(Settings {
+                owner_grace_ms: Some(grace),
+                quorum_loss_reset_ms: Some(reset),
+                ..Settings::default()
+            })
+        };
+        let config = with(8_000, 3_000).unwrap();
+        assert_eq!(config.cluster.owner_grace, Duration::from_secs(8));
+        assert_eq!(config.cluster.quorum_loss_reset, Duration::from_secs(3));
+        let err = with(8_000, 8_000).unwrap_err().to_string();
+        assert!(err.contains("quorum_loss_reset_ms"), "{err}");
+        let err = with(900, 500).unwrap_err().to_string();
+        assert!(err.contains("owner_grace_ms"), "{err}");
     }
 
     #[test]

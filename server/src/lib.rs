@@ -9,12 +9,16 @@
 //!   that the raft layer will take over, and its background tasks;
 //! - `writer`: the single-node writer with urgent and normal queues;
 //! - `sweeper`: the liveness task, asleep until the next deadline;
+//! - `ownership`: owners across nodes: members the leader lost, and
+//!   connection owners this node no longer holds;
 //! - `http`: the Nacos HTTP Open API, console, operator and probe
 //!   endpoints, and `/metrics`;
 //! - `grpc`: the Nacos 2.x gRPC API: connections, naming requests, pushes;
 //! - `push`: subscriptions and the subscribe-then-snapshot push state;
 //! - `udp`: legacy UDP pushes to v1 HTTP clients;
-//! - `metrics`: the process-wide Prometheus recorder.
+//! - `metrics`: the process-wide Prometheus recorder;
+//! - `ctl`: the `understudy ctl` admin commands (export, import), HTTP
+//!   calls to a running node.
 //!
 //! [`run`] serves a node on pre-bound listeners until a shutdown future
 //! resolves; tests bind port 0 and call it in-process, or build a
@@ -22,10 +26,12 @@
 
 pub mod clock;
 pub mod config;
+pub mod ctl;
 mod grpc;
 mod http;
 mod metrics;
 pub mod node;
+mod ownership;
 mod push;
 pub mod raft;
 mod sweeper;

@@ -1,11 +1,12 @@
 //! The `understudy` binary: parse and validate configuration (exit code 64
-//! on invalid values), set up logging, bind, serve until SIGINT or SIGTERM.
+//! on invalid values), set up logging, bind, serve until SIGINT or SIGTERM;
+//! or run an admin command (`understudy ctl ...`) against a running node.
 
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use understudy_server::config::Cli;
+use understudy_server::config::{Cli, Command};
 use understudy_server::{run, Listeners};
 
 /// sysexits' EX_USAGE: the command line or config was wrong.
@@ -20,6 +21,9 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    if let Some(Command::Ctl(args)) = cli.command {
+        return understudy_server::ctl::main(args);
+    }
     let config = match cli.into_serve_args().resolve() {
         Ok(config) => config,
         Err(e) => {

@@ -11,7 +11,9 @@ use thiserror::Error;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use understudy_core::{BeatOutcome, Change, Command, LiveKey, Liveness, Millis, Op, Registry};
+use understudy_core::{
+    BeatOutcome, Change, Command, LiveKey, Liveness, Millis, Op, Owner, Registry,
+};
 
 use crate::clock::Clock;
 use crate::config::ValidConfig;
@@ -222,6 +224,46 @@ struct Inner {
     udp: Option<Arc<crate::udp::UdpPush>>,
     /// The raft handle of a replicated node.
     raft: Option<crate::raft::Raft>,
+    /// Its transport.
+    network: Option<crate::raft::network::Network>,
+    /// The connection ids (Nacos gRPC connections, native sessions) this
+    /// process holds open: owners on this node that are not here are left
+    /// over from a failed removal or an earlier run.
+    held: Mutex<std::collections::HashSet<String>>,
+    /// The last moment this node was part of a working majority.
+    quorum_seen: Mutex<tokio::time::Instant>,
+}
+
+/// The node of `ring` responsible for a beat-driven owner: rendezvous
+/// hashing of the owner's `ip:port` with each node id, so a change of the
+/// ring moves only the owners of the nodes that came or went. `None` for
+/// an empty ring or an owner that is not beat-driven.
+pub fn responsible(ring: &[crate::raft::NodeId], owner: &Owner) -> Option<crate::raft::NodeId> {
+    use std::hash::Hasher;
+    let Owner::Beat { ip, port } = owner else {
+        return None;
+    };
+    ring.iter().copied().max_by_key(|node| {
+        let mut hash = fnv::FnvHasher::default();
+        // Fixed byte order: every node must compute the same score.
+        hash.write(&node.to_le_bytes());
+        hash.write(ip.as_bytes());
+        hash.write(&port.to_le_bytes());
+        (hash.finish(), *node)
+    })
+}
+
+/// A connection id held open by this process; released on drop.
+#[derive(Debug)]
+pub(crate) struct Held {
+    node: Node,
+    id: String,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.node.held().remove(&self.id);
+    }
 }
 
 impl std::fmt::Debug for Node {
@@ -260,8 +302,7 @@ impl Node {
             tasks,
             cancel,
             crate::raft::raft_config(&cluster),
-            network.clone(),
-            Arc::new(network),
+            network,
         )
         .await?;
         let raft = node.raft().cloned().expect("a replicated node has raft");
@@ -279,24 +320,24 @@ impl Node {
     }
 
     /// Starts a node of a replicated cluster: its writes become raft
-    /// entries sent through `network`, followers forward them to the
-    /// leader through `forward`. The raft service itself is served by the
-    /// caller (see [`crate::raft::network`]); the cluster is formed by
+    /// entries sent through `network`, and followers forward them to the
+    /// leader through it. The raft service itself is served by the caller
+    /// (see [`crate::raft::network::service`]); the cluster is formed by
     /// initialising one member with all voters.
-    pub async fn start_replicated<N>(
+    pub async fn start_replicated(
         config: ValidConfig,
         clock: Clock,
         tasks: &TaskTracker,
         cancel: CancellationToken,
         raft_config: openraft::Config,
-        network: N,
-        forward: Arc<dyn crate::raft::writer::Forward>,
-    ) -> Result<Node, crate::raft::StartError>
-    where
-        N: openraft::RaftNetworkFactory<crate::raft::TypeConfig>,
-    {
+        network: crate::raft::network::Network,
+    ) -> Result<Node, crate::raft::StartError> {
         use crate::raft::store::{LogStore, StateMachine, Waiters};
         let state = Arc::new(State::new(&config));
+        network.on_beat({
+            let state = state.clone();
+            Arc::new(move |key: &LiveKey| state.liveness().beat(key, clock.now()))
+        });
         let waiters = Waiters::default();
         let machine = StateMachine::new(config.node_id, state.clone(), clock, waiters.clone());
         let raft_config = Arc::new(raft_config.validate()?);
@@ -316,12 +357,13 @@ impl Node {
             }
         };
         let raft =
-            crate::raft::Raft::new(config.node_id, raft_config, network, log, machine).await?;
+            crate::raft::Raft::new(config.node_id, raft_config, network.clone(), log, machine)
+                .await?;
         let writer = crate::raft::writer::RaftWriter::start(
             raft.clone(),
             config.node_id,
             waiters,
-            forward,
+            Arc::new(network.clone()),
             &config,
             tasks,
             cancel.clone(),
@@ -341,9 +383,13 @@ impl Node {
                 writer: Arc::new(writer),
                 udp,
                 raft: Some(raft.clone()),
+                network: Some(network),
+                held: Mutex::default(),
+                quorum_seen: Mutex::new(tokio::time::Instant::now()),
             }),
         };
         tasks.spawn(crate::sweeper::run(node.clone(), cancel.clone()));
+        tasks.spawn(crate::ownership::run(node.clone(), cancel.clone()));
         tasks.spawn(async move {
             cancel.cancelled().await;
             if let Err(e) = raft.shutdown().await {
@@ -448,6 +494,72 @@ impl Node {
         }
     }
 
+    /// How long this node has been cut off from a working majority: a
+    /// leader that no quorum acknowledged within an election timeout, a
+    /// follower or learner that heard nothing from a leader for as long.
+    /// `None` while it is part of one (always, for a single member).
+    pub fn quorum_lost_for(&self) -> Option<std::time::Duration> {
+        let (Some(raft), Some(network)) = (&self.inner.raft, &self.inner.network) else {
+            return None;
+        };
+        let me = self.inner.config.node_id;
+        let timeout =
+            std::time::Duration::from_millis(self.inner.config.cluster.election_timeout_ms);
+        let now = tokio::time::Instant::now();
+        let healthy = {
+            let metrics = raft.metrics();
+            let metrics = metrics.borrow();
+            let mut voters = metrics.membership_config.membership().voter_ids();
+            if voters.next() == Some(me) && voters.next().is_none() {
+                true
+            } else if metrics.current_leader == Some(me) {
+                metrics
+                    .millis_since_quorum_ack
+                    .is_some_and(|ms| std::time::Duration::from_millis(ms) < timeout)
+            } else {
+                metrics
+                    .current_leader
+                    .and_then(|leader| network.contacts().last(leader))
+                    .is_some_and(|heard| now.saturating_duration_since(heard) < timeout)
+            }
+        };
+        let mut seen = self
+            .inner
+            .quorum_seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if healthy {
+            *seen = now;
+            return None;
+        }
+        let lost = now.saturating_duration_since(*seen);
+        (lost >= timeout).then_some(lost)
+    }
+
+    /// When each raft peer was last heard from.
+    pub(crate) fn contacts(&self) -> Option<&crate::raft::network::Contacts> {
+        self.inner.network.as_ref().map(|n| n.contacts())
+    }
+
+    fn held(&self) -> MutexGuard<'_, std::collections::HashSet<String>> {
+        self.inner.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Marks connection `id` as held open by this process until the
+    /// returned guard is dropped.
+    pub(crate) fn hold(&self, id: &str) -> Held {
+        self.held().insert(id.to_owned());
+        Held {
+            node: self.clone(),
+            id: id.to_owned(),
+        }
+    }
+
+    /// Whether connection `id` is held open by this process.
+    pub(crate) fn holds(&self, id: &str) -> bool {
+        self.held().contains(id)
+    }
+
     /// The configuration.
     pub fn config(&self) -> &ValidConfig {
         &self.inner.config
@@ -481,11 +593,75 @@ impl Node {
         result
     }
 
-    /// Takes a beat for a beat-driven instance. A beat never becomes a
-    /// command unless it revives an unhealthy instance. It only moves a
-    /// deadline later, so the sweeper need not wake for it.
-    pub fn beat(&self, key: &LiveKey) -> BeatOutcome {
-        self.inner.state.liveness().beat(key, self.now())
+    /// Takes a beat for a beat-driven instance. The node responsible for
+    /// the instance (see [`Node::beat_ring`]) times it; a beat that arrives
+    /// elsewhere is handed to that node, and kept here as well, so that a
+    /// node taking over has it. When the responsible node cannot be
+    /// reached the local answer stands. A beat never becomes a command
+    /// unless it revives an unhealthy instance.
+    pub async fn beat(&self, key: &LiveKey) -> BeatOutcome {
+        let local = self.inner.state.liveness().beat(key, self.now());
+        let owner = Owner::Beat {
+            ip: key.instance.ip.clone(),
+            port: key.instance.port,
+        };
+        let me = self.inner.config.node_id;
+        let target = responsible(&self.beat_ring(), &owner).unwrap_or(me);
+        if target == me {
+            return local;
+        }
+        let (Some(raft), Some(network)) = (&self.inner.raft, &self.inner.network) else {
+            return local;
+        };
+        let member = raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .get_node(&target)
+            .cloned();
+        let Some(member) = member else {
+            return local;
+        };
+        let timeout = std::time::Duration::from_secs(1);
+        match network.beat(target, &member, key, timeout).await {
+            // The responsible node may not have applied the registration
+            // yet; this node's answer is as good.
+            Ok(BeatOutcome::Unknown) => local,
+            Ok(remote) => remote,
+            Err(e) => {
+                tracing::debug!(target, error = %e, "beat not handed to its responsible node");
+                local
+            }
+        }
+    }
+
+    /// The nodes that time v1 beat-driven instances: the voters, less
+    /// those the leader declared lost (all voters if that leaves none).
+    /// Every node computes the same ring from its replicated state.
+    pub fn beat_ring(&self) -> Vec<crate::raft::NodeId> {
+        let me = self.inner.config.node_id;
+        let Some(raft) = &self.inner.raft else {
+            return vec![me];
+        };
+        let voters: Vec<u64> = raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .collect();
+        let lost = self.registry().lost_nodes().clone();
+        let alive: Vec<u64> = voters
+            .iter()
+            .copied()
+            .filter(|v| !lost.contains(v))
+            .collect();
+        if alive.is_empty() {
+            voters
+        } else {
+            alive
+        }
     }
 
     /// The beat period of a tracked instance.

@@ -5,136 +5,16 @@
 //! writes were acknowledged, lost (must be 0) and how long writes were
 //! unavailable.
 
+mod common;
+
 use std::collections::BTreeSet;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::{agreed_leader, start, Ports, Proc};
 use serde_json::Value;
 
 const SERVICE: &str = "com.example.Ledger";
-
-struct Proc {
-    id: u64,
-    http: u16,
-    child: Option<Child>,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Some(child) = &mut self.child {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// A port the OS just had free.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-fn start(n: u64) -> Vec<Proc> {
-    // Distinct ports: the OS may hand a just-released port out again.
-    let mut taken = BTreeSet::new();
-    let mut port = || loop {
-        let p = free_port();
-        if taken.insert(p) {
-            return p;
-        }
-    };
-    let ports: Vec<(u16, u16, u16)> = (0..n).map(|_| (port(), port(), port())).collect();
-    (1..=n)
-        .map(|id| {
-            let (http, grpc, raft) = ports[(id - 1) as usize];
-            let mut command = Command::new(env!("CARGO_BIN_EXE_understudy"));
-            for (key, _) in std::env::vars() {
-                if key.starts_with("UNDERSTUDY_") {
-                    command.env_remove(key);
-                }
-            }
-            command.args([
-                "--node-id",
-                &id.to_string(),
-                "--http-port",
-                &http.to_string(),
-                "--grpc-port",
-                &grpc.to_string(),
-                "--raft-port",
-                &raft.to_string(),
-                "--raft-heartbeat-ms",
-                "50",
-                "--raft-election-timeout-ms",
-                "300",
-                "--write-timeout-ms",
-                "2000",
-                "--log",
-                // Peers refusing connections after the kill are expected.
-                "error,openraft=off",
-            ]);
-            for peer in (1..=n).filter(|p| *p != id) {
-                command.args([
-                    "--peer",
-                    &format!("{peer}=127.0.0.1:{}", ports[(peer - 1) as usize].2),
-                ]);
-            }
-            let child = command
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .expect("the understudy binary starts");
-            Proc {
-                id,
-                http,
-                child: Some(child),
-            }
-        })
-        .collect()
-}
-
-async fn status(client: &reqwest::Client, http: u16) -> Option<Value> {
-    let reply = client
-        .get(format!("http://127.0.0.1:{http}/understudy/v1/cluster"))
-        .timeout(Duration::from_millis(500))
-        .send()
-        .await
-        .ok()?;
-    reply.json().await.ok()
-}
-
-/// Waits until every node in `nodes` names the same leader, one of them.
-async fn agreed_leader(client: &reqwest::Client, nodes: &mut [&mut Proc], within: Duration) -> u64 {
-    let deadline = Instant::now() + within;
-    loop {
-        let mut leaders = BTreeSet::new();
-        for p in nodes.iter() {
-            let leader = status(client, p.http)
-                .await
-                .and_then(|s| s["leader"].as_u64());
-            leaders.insert(leader);
-        }
-        if leaders.len() == 1 {
-            if let Some(Some(leader)) = leaders.iter().next().copied() {
-                if nodes.iter().any(|p| p.id == leader) {
-                    return leader;
-                }
-            }
-        }
-        for p in nodes.iter_mut() {
-            if let Some(Ok(Some(exit))) = p.child.as_mut().map(Child::try_wait) {
-                panic!("node {} exited early: {exit}", p.id);
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no agreed leader among the nodes: {leaders:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 async fn register(client: &reqwest::Client, http: u16, port: u32) -> bool {
     let url = format!(
@@ -179,7 +59,7 @@ async fn listed(client: &reqwest::Client, http: u16) -> BTreeSet<u32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_registrations_survive_the_leader_process_being_killed() {
     let client = reqwest::Client::new();
-    let mut procs = start(3);
+    let mut procs = start(3, Ports::Free, &[]);
     let mut all: Vec<&mut Proc> = procs.iter_mut().collect();
     let leader = agreed_leader(&client, &mut all, Duration::from_secs(30)).await;
 
@@ -219,10 +99,7 @@ async fn acknowledged_registrations_survive_the_leader_process_being_killed() {
         .expect("the leader's process");
     *dead.lock().unwrap() = Some(victim.http);
     let killed_at = Instant::now();
-    if let Some(mut child) = victim.child.take() {
-        child.kill().expect("SIGKILL the leader");
-        let _ = child.wait();
-    }
+    victim.kill();
     tokio::time::sleep(Duration::from_secs(4)).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for w in writers {

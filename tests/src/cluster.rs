@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
@@ -168,11 +167,10 @@ impl TestCluster {
             cancel.clone(),
             self.raft_config.clone(),
             network.clone(),
-            Arc::new(network),
         )
         .await?;
         let raft = node.raft().expect("replicated").clone();
-        let svc = service(raft, id, self.faults.clone(), None);
+        let svc = service(raft, &network);
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
         let stop = cancel.clone();
         let serving = tokio::spawn(async move {

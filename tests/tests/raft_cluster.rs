@@ -232,3 +232,110 @@ async fn members_join_and_leave_through_the_admin_endpoint_on_the_leader_only() 
     cluster.shutdown().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v1_beats_sent_to_another_node_reach_the_responsible_one_and_silence_still_expires(
+) -> anyhow::Result<()> {
+    use understudy_core::{InstanceKey, LiveKey};
+    use understudy_server::node::responsible;
+
+    let settings = Settings {
+        beat_interval_ms: Some(100),
+        unhealthy_timeout_ms: Some(600),
+        delete_timeout_ms: Some(1_000),
+        ..Settings::default()
+    };
+    let cluster = TestCluster::start(3, settings).await?;
+    let leader = cluster.leader(WAIT).await?;
+    let beats = ServiceKey::parse("", "", "com.example.Beating")?;
+    let ips: Vec<String> = (1..=6).map(|i| format!("10.3.0.{i}")).collect();
+    for ip in &ips {
+        cluster
+            .node(leader)
+            .propose(Op::Register {
+                service: beats.clone(),
+                owner: Owner::Beat {
+                    ip: ip.clone(),
+                    port: 80,
+                },
+                instances: vec![InstanceSpec::new(ip.as_str(), 80)],
+            })
+            .await?;
+    }
+    cluster
+        .applied(&[1, 2, 3], cluster.last_applied(leader), WAIT)
+        .await?;
+    let ring = cluster.node(leader).beat_ring();
+    assert_eq!(ring, vec![1, 2, 3]);
+    // Each instance beats only at a node that is not responsible for it
+    // (and not the leader, where one is left): the beat must travel.
+    let plan: Vec<(LiveKey, u64, u64)> = ips
+        .iter()
+        .map(|ip| {
+            let owner = Owner::Beat {
+                ip: ip.clone(),
+                port: 80,
+            };
+            let owner_node = responsible(&ring, &owner).expect("a ring member");
+            let at = (1..=3)
+                .filter(|id| *id != owner_node)
+                .min_by_key(|id| *id == leader)
+                .expect("another node");
+            let key = LiveKey {
+                service: beats.clone(),
+                instance: InstanceKey {
+                    ip: ip.clone(),
+                    port: 80,
+                    cluster: understudy_core::ClusterName::default_cluster(),
+                },
+            };
+            (key, owner_node, at)
+        })
+        .collect();
+    assert!(
+        plan.iter().any(|(_, owner_node, _)| *owner_node != leader),
+        "every instance hashed to the leader: {plan:?}"
+    );
+    let healthy_everywhere = |cluster: &TestCluster| {
+        (1..=3).all(|id| {
+            cluster
+                .node(id)
+                .registry()
+                .service(&beats)
+                .is_some_and(|s| {
+                    s.instances().len() == ips.len() && s.instances().all(|i| i.healthy)
+                })
+        })
+    };
+    // Four delete timeouts of beats: nothing may turn unhealthy or expire.
+    let until = tokio::time::Instant::now() + Duration::from_millis(4_000);
+    while tokio::time::Instant::now() < until {
+        for (key, _, at) in &plan {
+            let outcome = cluster.node(*at).beat(key).await;
+            assert_eq!(
+                outcome,
+                understudy_core::BeatOutcome::Alive,
+                "{key:?} at node {at}"
+            );
+        }
+        assert!(
+            healthy_everywhere(&cluster),
+            "an instance beating elsewhere lost its health"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Silence: every responsible node expires its own.
+    let gone = understudy_tests::eventually(Duration::from_secs(5), || async {
+        (1..=3).all(|id| {
+            cluster
+                .node(id)
+                .registry()
+                .service(&beats)
+                .is_none_or(|s| s.instances().len() == 0)
+        })
+    })
+    .await;
+    assert!(gone, "silent beat-driven instances were not expired");
+    cluster.shutdown().await;
+    Ok(())
+}

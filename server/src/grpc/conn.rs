@@ -42,6 +42,8 @@ pub(crate) struct Conn {
     /// Cancelled when the connection is closed, for whatever reason.
     pub(crate) closed: CancellationToken,
     server_requests: AtomicU64,
+    /// Marks the id as held by this process while the connection lives.
+    _held: crate::node::Held,
 }
 
 impl Conn {
@@ -169,9 +171,11 @@ impl Conns {
         let (control, control_rx) = mpsc::channel(16);
         let (pushes, pushes_rx) = mpsc::channel(queue);
         let closed = CancellationToken::new();
+        let id = format!("{now}_{}_{}", remote.ip(), remote.port());
         let conn = Arc::new(Conn {
             seq,
-            id: format!("{now}_{}_{}", remote.ip(), remote.port()),
+            _held: self.node.hold(&id),
+            id,
             registered: AtomicBool::new(false),
             last_active: AtomicU64::new(now),
             control,
@@ -201,15 +205,9 @@ impl Conns {
     /// server is shutting down) its ephemeral instances are removed, which
     /// pushes the removal to other subscribers.
     pub(crate) async fn close(&self, seq: u64, why: &'static str) {
-        let Some(conn) = self.open_map().remove(&seq) else {
+        let Some(conn) = self.end(seq, why) else {
             return;
         };
-        metrics::gauge!("understudy_grpc_connections").decrement(1.0);
-        tracing::debug!(connection = %conn.id, why, "connection closed");
-
-        conn.closed.cancel();
-        self.node.state().hub().remove(&conn.subscriber);
-        self.node.state().config_hub().remove(&conn.listener);
         if self.shutting_down.load(Ordering::Acquire) {
             return;
         }
@@ -220,6 +218,38 @@ impl Conns {
         if let Err(e) = self.node.propose(op).await {
             tracing::warn!(connection = %conn.id, error = %e, "instances of a closed connection not removed");
         }
+    }
+
+    /// Ends a connection's stream and subscriptions; its instances stay.
+    fn end(&self, seq: u64, why: &'static str) -> Option<Arc<Conn>> {
+        let conn = self.open_map().remove(&seq)?;
+        metrics::gauge!("understudy_grpc_connections").decrement(1.0);
+        tracing::debug!(connection = %conn.id, why, "connection closed");
+        conn.closed.cancel();
+        self.node.state().hub().remove(&conn.subscriber);
+        self.node.state().config_hub().remove(&conn.listener);
+        Some(conn)
+    }
+
+    /// While this node is cut off from the cluster's majority: asks every
+    /// client to reconnect elsewhere, and ends the connections a moment
+    /// later (some clients ignore the request). Their instances stay: the
+    /// clients re-register where they reconnect, which moves the instances
+    /// in place, and the leader removes what is left after the owner grace
+    /// period. Answers how many connections were sent away.
+    pub(crate) async fn send_elsewhere(&self) -> usize {
+        let conns: Vec<Arc<Conn>> = self.open_map().values().cloned().collect();
+        for conn in &conns {
+            send_reset(conn);
+        }
+        if !conns.is_empty() {
+            // Let the resets reach the clients before the connections end.
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        for conn in &conns {
+            self.end(conn.seq, "cut off from the cluster majority");
+        }
+        conns.len()
     }
 
     /// Probes idle connections and closes those that left a probe
@@ -270,17 +300,7 @@ impl Conns {
         self.shutting_down.store(true, Ordering::Release);
         let conns: Vec<Arc<Conn>> = self.open_map().values().cloned().collect();
         for conn in conns {
-            let request = understudy_proto::nacos_rpc::ServerRequest::new(
-                conn.next_request_id(),
-                "internal",
-                understudy_proto::nacos_rpc::ConnectReset {
-                    connection_id: conn.id.clone(),
-                },
-            );
-            conn.send_control(understudy_proto::nacos_rpc::seal(
-                "ConnectResetRequest",
-                &request,
-            ));
+            send_reset(&conn);
         }
     }
 
@@ -290,6 +310,21 @@ impl Conns {
             conn.closed.cancel();
         }
     }
+}
+
+/// Asks the client to reconnect (to another server, if it knows one).
+fn send_reset(conn: &Conn) {
+    let request = understudy_proto::nacos_rpc::ServerRequest::new(
+        conn.next_request_id(),
+        "internal",
+        understudy_proto::nacos_rpc::ConnectReset {
+            connection_id: conn.id.clone(),
+        },
+    );
+    conn.send_control(understudy_proto::nacos_rpc::seal(
+        "ConnectResetRequest",
+        &request,
+    ));
 }
 
 enum Probe {

@@ -77,16 +77,32 @@ pub(crate) async fn serve(
 
     // Cleanup of dropped sockets and client detection.
     let cleanup_conns = conns.clone();
+    let cleanup_conns_node = node.clone();
     let stop_cleanup = shutdown.clone();
     let detection_every =
         Duration::from_millis((node.config().grpc.connection_idle / 4).clamp(100, 3_000));
     tasks.spawn(async move {
         let mut tick = tokio::time::interval(detection_every);
+        let mut quorum_tick = tokio::time::interval(Duration::from_millis(200));
+        let reset_after = cleanup_conns_node.config().cluster.quorum_loss_reset;
         loop {
             tokio::select! {
                 () = stop_cleanup.cancelled() => break,
                 Some(seq) = dropped.recv() => cleanup_conns.close(seq, "socket closed").await,
                 _ = tick.tick() => cleanup_conns.detect().await,
+                _ = quorum_tick.tick() => {
+                    let cut_off = cleanup_conns_node.quorum_lost_for();
+                    if cut_off.is_some_and(|lost| lost >= reset_after) {
+                        let sent = cleanup_conns.send_elsewhere().await;
+                        if sent > 0 {
+                            tracing::warn!(
+                                connections = sent,
+                                cut_off_ms = cut_off.map_or(0, |d| d.as_millis() as u64),
+                                "cut off from the cluster majority: clients sent elsewhere"
+                            );
+                        }
+                    }
+                }
             }
         }
     });

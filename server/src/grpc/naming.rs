@@ -68,6 +68,18 @@ pub(crate) async fn dispatch(node: &Node, conn: &Arc<Conn>, envelope: Envelope) 
     conn.touch(node.now());
     let kind = envelope.kind.clone();
     if kind == "ServerCheckRequest" {
+        let reset_after = node.config().cluster.quorum_loss_reset;
+        if let Some(lost) = node.quorum_lost_for().filter(|lost| *lost >= reset_after) {
+            // Clients try their next server on a failed check.
+            return error_response(
+                SERVER_ERROR,
+                format!(
+                    "node {} has been cut off from the cluster majority for {} ms; use another server",
+                    node.config().node_id,
+                    lost.as_millis()
+                ),
+            );
+        }
         let body = ServerCheck {
             connection_id: conn.id.clone(),
             support_ability_negotiation: true,

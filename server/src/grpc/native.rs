@@ -592,6 +592,13 @@ async fn session_request(
 
 static SESSIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
+/// When this process started, epoch ms.
+static STARTED: std::sync::LazyLock<u128> = std::sync::LazyLock::new(|| {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
+});
+
 impl NativeApi {
     /// Runs a session until the client ends it or goes silent, then
     /// removes what it registered.
@@ -600,11 +607,15 @@ impl NativeApi {
         mut inbound: tonic::Streaming<native::SessionRequest>,
         tx: mpsc::Sender<Result<native::SessionResponse, tonic::Status>>,
     ) {
+        // The start time tells this run's sessions from an earlier run's,
+        // whose instances may still be in the registry.
         let session_id = format!(
-            "native-{}-{}",
+            "native-{}-{}-{}",
             node.config().node_id,
+            *STARTED,
             SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         );
+        let _held = node.hold(&session_id);
         let owner = understudy_core::Owner::Connection {
             node: node.config().node_id,
             id: session_id.clone(),

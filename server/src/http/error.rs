@@ -93,6 +93,20 @@ impl ApiError {
         )
     }
 
+    /// The request contradicts what the registry holds (a service that
+    /// exists with the other kind); `field` names where in the request.
+    pub(crate) fn conflict(
+        field: impl Into<Cow<'static, str>>,
+        message: impl Into<String>,
+    ) -> Self {
+        Self::new(
+            StatusCode::CONFLICT,
+            ErrorCode::ResourceConflict,
+            Some(field.into()),
+            message.into(),
+        )
+    }
+
     /// Something asked for does not exist.
     pub(crate) fn not_found(code: ErrorCode, message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, code, None, message.into())

@@ -4,6 +4,7 @@
 //! routing, the body limit, request metrics and the fallbacks; handlers
 //! live in `naming` and `ops`, errors are rendered in `error`.
 
+mod backup;
 mod config;
 mod error;
 mod naming;
@@ -162,6 +163,8 @@ pub fn router(node: Node) -> Router {
             "/understudy/v1/cluster/members",
             post(ops::add_member).delete(ops::remove_member),
         )
+        .route("/understudy/v1/export", get(backup::export))
+        .route("/understudy/v1/import", post(backup::import))
         .route("/health", get(ops::health))
         .route("/ready", get(ops::ready))
         .route("/metrics", get(ops::metrics))

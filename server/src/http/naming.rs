@@ -215,7 +215,7 @@ async fn register_spec(
     .await?;
     // A registration counts as a beat, also when it changed nothing.
     if ephemeral {
-        node.beat(&live);
+        node.beat(&live).await;
     }
     Ok(())
 }
@@ -371,7 +371,7 @@ async fn beat(node: &Node, p: &Params) -> Result<BeatReply, ApiError> {
         code,
         light_beat_enabled: true,
     };
-    match node.beat(&live) {
+    match node.beat(&live).await {
         understudy_core::BeatOutcome::Alive => Ok(reply(BEAT_OK, node.beat_interval(&live))),
         understudy_core::BeatOutcome::Revived => {
             let owner = Owner::Beat {

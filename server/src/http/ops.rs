@@ -184,8 +184,9 @@ pub(crate) async fn cluster_status(State(node): State<Node>) -> Response {
 }
 
 /// Admin calls carry the cluster secret when one is set, so nothing
-/// outside the cluster can change its membership.
-fn check_secret(node: &Node, headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
+/// outside the cluster can change its membership (or export or import
+/// its registry, see `backup`).
+pub(super) fn check_secret(node: &Node, headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
     match &node.config().cluster.secret {
         None => Ok(()),
         Some(secret) => {

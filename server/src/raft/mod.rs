@@ -264,8 +264,6 @@ pub async fn start_member(
     tasks: &tokio_util::task::TaskTracker,
     cancel: tokio_util::sync::CancellationToken,
 ) -> std::io::Result<crate::Node> {
-    use std::sync::Arc;
-
     use network::{ClusterSecret, LinkFaults, Network, NetworkOptions};
 
     let id = config.node_id;
@@ -299,7 +297,6 @@ pub async fn start_member(
         cancel.clone(),
         raft_config,
         network.clone(),
-        Arc::new(network),
     )
     .await
     .map_err(std::io::Error::other)?;
@@ -308,7 +305,7 @@ pub async fn start_member(
         .cloned()
         .ok_or_else(|| std::io::Error::other("no raft"))?;
     let address = listener.local_addr()?;
-    let service = network::service(raft.clone(), id, faults, secret);
+    let service = network::service(raft.clone(), &network);
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     let stop = cancel.clone();
     tasks.spawn(async move {

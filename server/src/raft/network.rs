@@ -37,6 +37,8 @@ use understudy_proto::raft::raft_client::RaftClient;
 use understudy_proto::raft::raft_server::{Raft as RaftRpc, RaftServer};
 use understudy_proto::raft::{RaftReply, RaftRequest};
 
+use understudy_core::{BeatOutcome, LiveKey};
+
 use super::{codec, Batch, Member, NodeId, TypeConfig};
 
 /// The request metadata key that carries the cluster secret.
@@ -401,6 +403,26 @@ impl Default for NetworkOptions {
     }
 }
 
+/// When this node last heard from each peer: an answer to a call it made,
+/// or a call a peer made to it. The leader judges from it that a member is
+/// gone; a follower, that it has lost its leader. Clones share the record.
+#[derive(Debug, Clone, Default)]
+pub struct Contacts(Arc<Mutex<HashMap<NodeId, tokio::time::Instant>>>);
+
+impl Contacts {
+    fn heard(&self, peer: NodeId) {
+        // Only whole values are inserted, so a poisoned map is intact.
+        let mut last = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        last.insert(peer, tokio::time::Instant::now());
+    }
+
+    /// When `peer` was last heard from, if ever.
+    pub fn last(&self, peer: NodeId) -> Option<tokio::time::Instant> {
+        let last = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        last.get(&peer).copied()
+    }
+}
+
 /// A node's raft transport: the factory openraft asks for per-peer clients,
 /// and the handle followers forward writes with. Cheap to clone; clones
 /// share connections and faults.
@@ -417,6 +439,8 @@ struct Shared {
     /// One lazily connected channel per peer, shared by openraft's clients
     /// and forwarding; replaced when the peer's address changes.
     channels: Mutex<HashMap<NodeId, (String, Channel)>>,
+    contacts: Contacts,
+    beats: Beats,
 }
 
 /// Why a forwarded batch was not committed.
@@ -465,6 +489,24 @@ enum Rpc {
     Vote,
     InstallSnapshot,
     Forward,
+    Beat,
+}
+
+/// Answers beats forwarded to this node.
+pub type BeatHandler = Arc<dyn Fn(&LiveKey) -> BeatOutcome + Send + Sync>;
+
+/// The beat handler, once the node has set it.
+#[derive(Clone, Default)]
+struct Beats(Arc<std::sync::OnceLock<BeatHandler>>);
+
+impl fmt::Debug for Beats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.get().is_some() {
+            "Beats(set)"
+        } else {
+            "Beats(unset)"
+        })
+    }
 }
 
 /// Why a call got no answer payload.
@@ -489,8 +531,43 @@ impl Network {
                 faults,
                 options,
                 channels: Mutex::new(HashMap::new()),
+                contacts: Contacts::default(),
+                beats: Beats::default(),
             }),
         }
+    }
+
+    /// Sets how this node answers beats forwarded to it (once; the node
+    /// does it when its state exists).
+    pub fn on_beat(&self, handler: BeatHandler) {
+        let _ = self.shared.beats.0.set(handler);
+    }
+
+    /// Hands a v1 beat to `target` (at `member`), the node responsible for
+    /// the instance, and answers what it found there.
+    pub async fn beat(
+        &self,
+        target: NodeId,
+        member: &Member,
+        key: &LiveKey,
+        timeout: Duration,
+    ) -> Result<BeatOutcome, String> {
+        let payload = codec::encode(key).map_err(|e| e.to_string())?;
+        let reply = self
+            .call(target, member, Rpc::Beat, payload, timeout)
+            .await
+            .map_err(|e| e.to_string())?;
+        codec::decode(&reply).map_err(|e| e.to_string())
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> NodeId {
+        self.shared.node_id
+    }
+
+    /// When each peer was last heard from.
+    pub fn contacts(&self) -> &Contacts {
+        &self.shared.contacts
     }
 
     /// The faults this transport obeys.
@@ -589,6 +666,7 @@ impl Network {
                 Rpc::Vote => client.vote(request).await,
                 Rpc::InstallSnapshot => client.install_snapshot(request).await,
                 Rpc::Forward => client.forward(request).await,
+                Rpc::Beat => client.beat(request).await,
             }
         };
         let carried = self.shared.faults.carry(from, target, send);
@@ -596,7 +674,10 @@ impl Network {
             Err(_) => Err(CallError::TimedOut(timeout)),
             Ok(Err(down)) => Err(CallError::Link(down)),
             Ok(Ok(Err(status))) => Err(CallError::Status(status)),
-            Ok(Ok(Ok(reply))) => Ok(reply.into_inner().payload),
+            Ok(Ok(Ok(reply))) => {
+                self.shared.contacts.heard(target);
+                Ok(reply.into_inner().payload)
+            }
         }
     }
 }
@@ -770,6 +851,8 @@ pub struct RaftService {
     node_id: NodeId,
     faults: LinkFaults,
     secret: Option<ClusterSecret>,
+    contacts: Contacts,
+    beats: Beats,
 }
 
 impl fmt::Debug for RaftService {
@@ -781,21 +864,21 @@ impl fmt::Debug for RaftService {
     }
 }
 
-/// The raft service of node `node_id`, ready to add to a tonic `Server` on
-/// the raft port. With a `secret`, calls without it are refused as
-/// `Unauthenticated`; calls from a peer whose link to this node is cut in
-/// `faults` are refused as `Unavailable`.
-pub fn service(
-    raft: super::Raft,
-    node_id: NodeId,
-    faults: LinkFaults,
-    secret: Option<ClusterSecret>,
-) -> RaftServer<RaftService> {
+/// The raft service of the node whose transport is `network`, ready to add
+/// to a tonic `Server` on the raft port. With a secret in the network's
+/// options, calls without it are refused as `Unauthenticated`; calls from
+/// a peer whose link to this node is cut in the network's faults are
+/// refused as `Unavailable`. Admitted calls count as contact with their
+/// sender.
+pub fn service(raft: super::Raft, network: &Network) -> RaftServer<RaftService> {
+    let shared = &network.shared;
     RaftServer::new(RaftService {
         raft,
-        node_id,
-        faults,
-        secret,
+        node_id: shared.node_id,
+        faults: shared.faults.clone(),
+        secret: shared.options.secret.clone(),
+        contacts: shared.contacts.clone(),
+        beats: shared.beats.clone(),
     })
     .max_decoding_message_size(MAX_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_MESSAGE_BYTES)
@@ -825,6 +908,7 @@ impl RaftService {
                 self.node_id, request.to
             )));
         }
+        self.contacts.heard(request.from);
         Ok(request)
     }
 }
@@ -860,6 +944,17 @@ impl RaftRpc for RaftService {
         let rpc: InstallSnapshotRequest<TypeConfig> =
             decode(&request.payload, "install-snapshot request")?;
         reply(&self.raft.install_snapshot(rpc).await)
+    }
+
+    async fn beat(&self, request: tonic::Request<RaftRequest>) -> Answer {
+        let request = self.admit(request)?;
+        let key: LiveKey = decode(&request.payload, "beat")?;
+        let handler = self
+            .beats
+            .0
+            .get()
+            .ok_or_else(|| Status::unavailable("this node is not serving beats yet"))?;
+        reply(&handler(&key))
     }
 
     async fn forward(&self, request: tonic::Request<RaftRequest>) -> Answer {
@@ -1364,6 +1459,8 @@ mod tests {
             node_id: 1,
             faults: faults.clone(),
             secret: Some(secret),
+            contacts: Contacts::default(),
+            beats: Beats::default(),
         };
         for wrong in [None, Some("wrong"), Some("righ")] {
             let status = svc
@@ -1405,6 +1502,8 @@ mod tests {
             node_id: 1,
             faults: LinkFaults::new(0),
             secret: None,
+            contacts: Contacts::default(),
+            beats: Beats::default(),
         };
         let garbage = || vec![codec::FORMAT, 0xff, 0xff, 0xff];
         let answers = [
@@ -1444,8 +1543,7 @@ mod tests {
     async fn serve(raft: super::super::Raft, id: NodeId, secret: Option<&str>) -> Member {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let secret = secret.map(|s| ClusterSecret::new(s).unwrap());
-        let svc = service(raft, id, LinkFaults::new(0), secret);
+        let svc = service(raft, &network(id, secret));
         tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(svc)

@@ -1,0 +1,194 @@
+//! Running `understudy` binaries as a cluster: distinct free ports per
+//! node, each node's HTTP and gRPC ports either independent or a Nacos
+//! pair (P, P + 1000), the raft port on its own; a process is SIGKILLed
+//! when its handle is dropped.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeSet;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// One `understudy` process.
+pub(crate) struct Proc {
+    /// Its node id.
+    pub(crate) id: u64,
+    /// Its HTTP port.
+    pub(crate) http: u16,
+    /// Its gRPC port.
+    pub(crate) grpc: u16,
+    /// The process, until it is killed.
+    pub(crate) child: Option<Child>,
+}
+
+impl Proc {
+    /// SIGKILLs the process and reaps it.
+    pub(crate) fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().expect("SIGKILL a node");
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// How the ports of a node are laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ports {
+    /// Any three free ports.
+    Free,
+    /// gRPC on HTTP + 1000, as Nacos clients expect.
+    NacosPair,
+}
+
+/// A port the OS just had free.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Picks distinct free ports: the OS may hand a just-released port out
+/// again, so every port taken is remembered.
+struct Picker(BTreeSet<u16>);
+
+impl Picker {
+    fn one(&mut self) -> u16 {
+        loop {
+            let p = free_port();
+            if self.0.insert(p) {
+                return p;
+            }
+        }
+    }
+
+    fn nacos_pair(&mut self) -> (u16, u16) {
+        loop {
+            let http = self.one();
+            let Some(grpc) = http.checked_add(1000) else {
+                continue;
+            };
+            let free = std::net::TcpListener::bind(("127.0.0.1", grpc)).is_ok();
+            if free && self.0.insert(grpc) {
+                return (http, grpc);
+            }
+        }
+    }
+}
+
+/// Starts `n` nodes (ids 1..=n) as one cluster, with short raft timings
+/// and `extra` arguments for every node.
+pub(crate) fn start(n: u64, ports: Ports, extra: &[&str]) -> Vec<Proc> {
+    let mut picker = Picker(BTreeSet::new());
+    let layout: Vec<(u16, u16, u16)> = (0..n)
+        .map(|_| {
+            let (http, grpc) = match ports {
+                Ports::Free => (picker.one(), picker.one()),
+                Ports::NacosPair => picker.nacos_pair(),
+            };
+            (http, grpc, picker.one())
+        })
+        .collect();
+    (1..=n)
+        .map(|id| {
+            let (http, grpc, raft) = layout[(id - 1) as usize];
+            let mut command = Command::new(env!("CARGO_BIN_EXE_understudy"));
+            for (key, _) in std::env::vars() {
+                if key.starts_with("UNDERSTUDY_") {
+                    command.env_remove(key);
+                }
+            }
+            command.args([
+                "--node-id",
+                &id.to_string(),
+                "--http-port",
+                &http.to_string(),
+                "--grpc-port",
+                &grpc.to_string(),
+                "--raft-port",
+                &raft.to_string(),
+                "--raft-heartbeat-ms",
+                "50",
+                "--raft-election-timeout-ms",
+                "300",
+                "--write-timeout-ms",
+                "2000",
+                "--log",
+                // Peers refusing connections after a kill are expected.
+                "error,openraft=off",
+            ]);
+            command.args(extra);
+            for peer in (1..=n).filter(|p| *p != id) {
+                command.args([
+                    "--peer",
+                    &format!("{peer}=127.0.0.1:{}", layout[(peer - 1) as usize].2),
+                ]);
+            }
+            let child = command
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("the understudy binary starts");
+            Proc {
+                id,
+                http,
+                grpc,
+                child: Some(child),
+            }
+        })
+        .collect()
+}
+
+/// A node's `/understudy/v1/cluster` answer, if it gives one.
+pub(crate) async fn status(client: &reqwest::Client, http: u16) -> Option<Value> {
+    let reply = client
+        .get(format!("http://127.0.0.1:{http}/understudy/v1/cluster"))
+        .timeout(Duration::from_millis(500))
+        .send()
+        .await
+        .ok()?;
+    reply.json().await.ok()
+}
+
+/// Waits until every node in `nodes` names the same leader, one of them.
+pub(crate) async fn agreed_leader(
+    client: &reqwest::Client,
+    nodes: &mut [&mut Proc],
+    within: Duration,
+) -> u64 {
+    let deadline = Instant::now() + within;
+    loop {
+        let mut leaders = BTreeSet::new();
+        for p in nodes.iter() {
+            let leader = status(client, p.http)
+                .await
+                .and_then(|s| s["leader"].as_u64());
+            leaders.insert(leader);
+        }
+        if leaders.len() == 1 {
+            if let Some(Some(leader)) = leaders.iter().next().copied() {
+                if nodes.iter().any(|p| p.id == leader) {
+                    return leader;
+                }
+            }
+        }
+        for p in nodes.iter_mut() {
+            if let Some(Ok(Some(exit))) = p.child.as_mut().map(Child::try_wait) {
+                panic!("node {} exited early: {exit}", p.id);
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no agreed leader among the nodes: {leaders:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
