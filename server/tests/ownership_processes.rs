@@ -13,7 +13,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{agreed_leader, start, Ports, Proc};
+use common::{agreed_leader, start, Proc};
 use nacos_sdk::api::naming::{
     NamingChangeEvent, NamingEventListener, NamingService, NamingServiceBuilder, ServiceInstance,
 };
@@ -131,7 +131,6 @@ async fn a_client_moving_within_the_grace_period_keeps_its_instance_and_a_strand
     let grace = GRACE_MS.to_string();
     let mut procs = start(
         3,
-        Ports::NacosPair,
         &["--owner-grace-ms", &grace, "--quorum-loss-reset-ms", "2000"],
     );
     let mut all: Vec<&mut Proc> = procs.iter_mut().collect();
@@ -234,7 +233,6 @@ async fn a_node_cut_off_from_the_majority_sends_its_grpc_clients_away() {
     let http = reqwest::Client::new();
     let mut procs = start(
         3,
-        Ports::NacosPair,
         &[
             "--owner-grace-ms",
             "20000",

@@ -1,9 +1,7 @@
 //! Running `understudy` binaries as a cluster: distinct free ports per
-//! node, each node's HTTP and gRPC ports either independent or a Nacos
-//! pair (P, P + 1000), the raft port on its own; a process is SIGKILLed
-//! when its handle is dropped.
-
-#![allow(dead_code)]
+//! node, HTTP and gRPC on a Nacos pair (P, P + 1000) as every Nacos SDK
+//! expects, the raft port on its own; a process is SIGKILLed when its
+//! handle is dropped.
 
 use std::collections::BTreeSet;
 use std::process::{Child, Command, Stdio};
@@ -15,10 +13,8 @@ use serde_json::Value;
 pub(crate) struct Proc {
     /// Its node id.
     pub(crate) id: u64,
-    /// Its HTTP port.
+    /// Its HTTP port (gRPC is on HTTP + 1000).
     pub(crate) http: u16,
-    /// Its gRPC port.
-    pub(crate) grpc: u16,
     /// The process, until it is killed.
     pub(crate) child: Option<Child>,
 }
@@ -37,15 +33,6 @@ impl Drop for Proc {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-/// How the ports of a node are laid out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Ports {
-    /// Any three free ports.
-    Free,
-    /// gRPC on HTTP + 1000, as Nacos clients expect.
-    NacosPair,
 }
 
 /// A port the OS just had free.
@@ -86,14 +73,11 @@ impl Picker {
 
 /// Starts `n` nodes (ids 1..=n) as one cluster, with short raft timings
 /// and `extra` arguments for every node.
-pub(crate) fn start(n: u64, ports: Ports, extra: &[&str]) -> Vec<Proc> {
+pub(crate) fn start(n: u64, extra: &[&str]) -> Vec<Proc> {
     let mut picker = Picker(BTreeSet::new());
     let layout: Vec<(u16, u16, u16)> = (0..n)
         .map(|_| {
-            let (http, grpc) = match ports {
-                Ports::Free => (picker.one(), picker.one()),
-                Ports::NacosPair => picker.nacos_pair(),
-            };
+            let (http, grpc) = picker.nacos_pair();
             (http, grpc, picker.one())
         })
         .collect();
@@ -140,7 +124,6 @@ pub(crate) fn start(n: u64, ports: Ports, extra: &[&str]) -> Vec<Proc> {
             Proc {
                 id,
                 http,
-                grpc,
                 child: Some(child),
             }
         })
