@@ -83,6 +83,41 @@ pub enum BeatOutcome {
     Revived,
 }
 
+/// The nodes that time beat-driven instances: the `voters`, less those
+/// declared `lost` (all voters if that leaves none). Every node computes
+/// the same ring from its replicated state.
+pub fn beat_ring(voters: &[u64], lost: &BTreeSet<u64>) -> Vec<u64> {
+    let alive: Vec<u64> = voters
+        .iter()
+        .copied()
+        .filter(|v| !lost.contains(v))
+        .collect();
+    if alive.is_empty() {
+        voters.to_vec()
+    } else {
+        alive
+    }
+}
+
+/// The node of `ring` responsible for a beat-driven owner: rendezvous
+/// hashing of the owner's `ip:port` with each node id, so a change of the
+/// ring moves only the owners of the nodes that came or went. `None` for
+/// an empty ring or an owner that is not beat-driven.
+pub fn responsible(ring: &[u64], owner: &Owner) -> Option<u64> {
+    use std::hash::Hasher;
+    let Owner::Beat { ip, port } = owner else {
+        return None;
+    };
+    ring.iter().copied().max_by_key(|node| {
+        let mut hash = fnv::FnvHasher::default();
+        // Fixed byte order: every node must compute the same score.
+        hash.write(&node.to_le_bytes());
+        hash.write(ip.as_bytes());
+        hash.write(&port.to_le_bytes());
+        (hash.finish(), *node)
+    })
+}
+
 /// The deadline of a parked entry: never.
 const PARKED: Millis = Millis::MAX;
 

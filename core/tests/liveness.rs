@@ -295,3 +295,33 @@ fn another_nodes_instances_are_parked_and_taken_over_with_a_fresh_grace_period()
         "{due:?}"
     );
 }
+
+#[test]
+fn the_beat_ring_skips_lost_voters_and_a_changed_ring_moves_only_their_owners() {
+    let lost = std::collections::BTreeSet::from([2]);
+    assert_eq!(beat_ring(&[1, 2, 3], &lost), vec![1, 3]);
+    assert_eq!(beat_ring(&[2], &lost), vec![2], "never an empty ring");
+    let owners: Vec<Owner> = (0..300)
+        .map(|i| Owner::Beat {
+            ip: format!("10.0.{}.{}", i / 250, i % 250),
+            port: 80,
+        })
+        .collect();
+    let mut per_node = std::collections::BTreeMap::<u64, usize>::new();
+    for owner in &owners {
+        let before = responsible(&[1, 2, 3], owner).unwrap();
+        *per_node.entry(before).or_default() += 1;
+        let after = responsible(&[1, 3], owner).unwrap();
+        // Only node 2's owners move.
+        if before != 2 {
+            assert_eq!(after, before, "{owner:?}");
+        }
+    }
+    assert!(per_node.values().all(|n| *n > 50), "{per_node:?}");
+    let persistent = Owner::Persistent {
+        ip: "10.0.0.1".into(),
+        port: 80,
+    };
+    assert_eq!(responsible(&[1, 2, 3], &persistent), None);
+    assert_eq!(responsible(&[], &owners[0]), None);
+}

@@ -223,34 +223,15 @@ struct Inner {
     writer: Arc<dyn Propose>,
     udp: Option<Arc<crate::udp::UdpPush>>,
     /// The raft handle of a replicated node.
-    raft: Option<crate::raft::Raft>,
+    raft: crate::raft::Raft,
     /// Its transport.
-    network: Option<crate::raft::network::Network>,
+    network: crate::raft::network::Network,
     /// The connection ids (Nacos gRPC connections, native sessions) this
     /// process holds open: owners on this node that are not here are left
     /// over from a failed removal or an earlier run.
     held: Mutex<std::collections::HashSet<String>>,
     /// The last moment this node was part of a working majority.
     quorum_seen: Mutex<tokio::time::Instant>,
-}
-
-/// The node of `ring` responsible for a beat-driven owner: rendezvous
-/// hashing of the owner's `ip:port` with each node id, so a change of the
-/// ring moves only the owners of the nodes that came or went. `None` for
-/// an empty ring or an owner that is not beat-driven.
-pub fn responsible(ring: &[crate::raft::NodeId], owner: &Owner) -> Option<crate::raft::NodeId> {
-    use std::hash::Hasher;
-    let Owner::Beat { ip, port } = owner else {
-        return None;
-    };
-    ring.iter().copied().max_by_key(|node| {
-        let mut hash = fnv::FnvHasher::default();
-        // Fixed byte order: every node must compute the same score.
-        hash.write(&node.to_le_bytes());
-        hash.write(ip.as_bytes());
-        hash.write(&port.to_le_bytes());
-        (hash.finish(), *node)
-    })
 }
 
 /// A connection id held open by this process; released on drop.
@@ -305,7 +286,7 @@ impl Node {
             network,
         )
         .await?;
-        let raft = node.raft().cloned().expect("a replicated node has raft");
+        let raft = node.raft().clone();
         // A durable node restarting on its data dir is already formed.
         if !raft.is_initialized().await? {
             raft.initialize(std::collections::BTreeMap::from([(id, me)]))
@@ -382,8 +363,8 @@ impl Node {
                 state,
                 writer: Arc::new(writer),
                 udp,
-                raft: Some(raft.clone()),
-                network: Some(network),
+                raft: raft.clone(),
+                network,
                 held: Mutex::default(),
                 quorum_seen: Mutex::new(tokio::time::Instant::now()),
             }),
@@ -409,9 +390,9 @@ impl Node {
         Ok(node)
     }
 
-    /// The raft handle, on a replicated node.
-    pub fn raft(&self) -> Option<&crate::raft::Raft> {
-        self.inner.raft.as_ref()
+    /// The raft handle (a single node is a one-member cluster).
+    pub fn raft(&self) -> &crate::raft::Raft {
+        &self.inner.raft
     }
 
     /// Adds a member: as a learner first (it catches up, by snapshot if the
@@ -424,7 +405,7 @@ impl Node {
         voter: crate::raft::Role,
     ) -> Result<(), crate::raft::MembershipError> {
         use crate::raft::MembershipError;
-        let raft = self.inner.raft.as_ref().ok_or(MembershipError::Single)?;
+        let raft = &self.inner.raft;
         raft.add_learner(id, member, true)
             .await
             .map_err(MembershipError::from_raft)?;
@@ -445,7 +426,7 @@ impl Node {
         id: crate::raft::NodeId,
     ) -> Result<(), crate::raft::MembershipError> {
         use crate::raft::MembershipError;
-        let raft = self.inner.raft.as_ref().ok_or(MembershipError::Single)?;
+        let raft = &self.inner.raft;
         let ids = std::collections::BTreeSet::from([id]);
         let is_voter = raft
             .metrics()
@@ -468,30 +449,12 @@ impl Node {
     /// This node's view of the cluster.
     pub fn cluster_status(&self) -> crate::raft::ClusterStatus {
         let revision = self.registry().revision();
-        let config = &self.inner.config;
-        match &self.inner.raft {
-            Some(raft) => crate::raft::ClusterStatus::of(raft, &config.dc, revision),
-            None => crate::raft::ClusterStatus {
-                node_id: config.node_id,
-                dc: config.dc.clone(),
-                role: "single".into(),
-                term: 0,
-                leader: Some(config.node_id),
-                last_applied: revision,
-                last_log: revision,
-                revision,
-                members: Vec::new(),
-            },
-        }
+        crate::raft::ClusterStatus::of(&self.inner.raft, &self.inner.config.dc, revision)
     }
 
-    /// Whether this node drives liveness transitions: a single node
-    /// always, a replicated one while it leads.
+    /// Whether this node leads its cluster (a single node, once formed).
     pub fn leads(&self) -> bool {
-        match &self.inner.raft {
-            None => true,
-            Some(raft) => raft.metrics().borrow().current_leader == Some(self.inner.config.node_id),
-        }
+        self.inner.raft.metrics().borrow().current_leader == Some(self.inner.config.node_id)
     }
 
     /// How long this node has been cut off from a working majority: a
@@ -499,9 +462,7 @@ impl Node {
     /// follower or learner that heard nothing from a leader for as long.
     /// `None` while it is part of one (always, for a single member).
     pub fn quorum_lost_for(&self) -> Option<std::time::Duration> {
-        let (Some(raft), Some(network)) = (&self.inner.raft, &self.inner.network) else {
-            return None;
-        };
+        let (raft, network) = (&self.inner.raft, &self.inner.network);
         let me = self.inner.config.node_id;
         let timeout =
             std::time::Duration::from_millis(self.inner.config.cluster.election_timeout_ms);
@@ -537,8 +498,8 @@ impl Node {
     }
 
     /// When each raft peer was last heard from.
-    pub(crate) fn contacts(&self) -> Option<&crate::raft::network::Contacts> {
-        self.inner.network.as_ref().map(|n| n.contacts())
+    pub(crate) fn contacts(&self) -> &crate::raft::network::Contacts {
+        self.inner.network.contacts()
     }
 
     fn held(&self) -> MutexGuard<'_, std::collections::HashSet<String>> {
@@ -606,14 +567,13 @@ impl Node {
             port: key.instance.port,
         };
         let me = self.inner.config.node_id;
-        let target = responsible(&self.beat_ring(), &owner).unwrap_or(me);
+        let target = understudy_core::responsible(&self.beat_ring(), &owner).unwrap_or(me);
         if target == me {
             return local;
         }
-        let (Some(raft), Some(network)) = (&self.inner.raft, &self.inner.network) else {
-            return local;
-        };
-        let member = raft
+        let member = self
+            .inner
+            .raft
             .metrics()
             .borrow()
             .membership_config
@@ -624,7 +584,7 @@ impl Node {
             return local;
         };
         let timeout = std::time::Duration::from_secs(1);
-        match network.beat(target, &member, key, timeout).await {
+        match self.inner.network.beat(target, &member, key, timeout).await {
             // The responsible node may not have applied the registration
             // yet; this node's answer is as good.
             Ok(BeatOutcome::Unknown) => local,
@@ -640,28 +600,16 @@ impl Node {
     /// those the leader declared lost (all voters if that leaves none).
     /// Every node computes the same ring from its replicated state.
     pub fn beat_ring(&self) -> Vec<crate::raft::NodeId> {
-        let me = self.inner.config.node_id;
-        let Some(raft) = &self.inner.raft else {
-            return vec![me];
-        };
-        let voters: Vec<u64> = raft
+        let voters: Vec<u64> = self
+            .inner
+            .raft
             .metrics()
             .borrow()
             .membership_config
             .membership()
             .voter_ids()
             .collect();
-        let lost = self.registry().lost_nodes().clone();
-        let alive: Vec<u64> = voters
-            .iter()
-            .copied()
-            .filter(|v| !lost.contains(v))
-            .collect();
-        if alive.is_empty() {
-            voters
-        } else {
-            alive
-        }
+        understudy_core::beat_ring(&voters, self.registry().lost_nodes())
     }
 
     /// The beat period of a tracked instance.

@@ -91,9 +91,7 @@ async fn clear_orphans(node: &Node, orphans: &mut HashMap<Owner, Instant>, grace
 /// nodes that left the cluster with owners behind), and lost members that
 /// answer again back.
 async fn watch_members(node: &Node, leading_since: Instant, grace: Duration) {
-    let (Some(raft), Some(contacts)) = (node.raft(), node.contacts()) else {
-        return;
-    };
+    let (raft, contacts) = (node.raft(), node.contacts());
     let me = node.config().node_id;
     let members: BTreeSet<u64> = raft
         .metrics()

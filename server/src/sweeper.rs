@@ -11,9 +11,9 @@
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use understudy_core::Op;
+use understudy_core::{responsible, Op};
 
-use crate::node::{responsible, Node, ProposeError};
+use crate::node::{Node, ProposeError};
 
 /// How often the ring is looked at while nothing else wakes the sweeper.
 const RING_CHECK: Duration = Duration::from_secs(1);

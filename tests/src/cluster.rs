@@ -11,10 +11,30 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use understudy_core::{InstanceSpec, Op, Owner, ServiceKey};
 use understudy_server::config::Settings;
-use understudy_server::raft::network::{service, LinkFaults, Network, NetworkOptions};
+use understudy_server::raft::network::{
+    service as raft_service, LinkFaults, Network, NetworkOptions,
+};
 use understudy_server::raft::{Member, NodeId};
 use understudy_server::{Clock, Node, ValidConfig};
+
+/// The service the cluster tests register into.
+pub fn service() -> ServiceKey {
+    ServiceKey::parse("", "", "com.example.Orders").expect("a valid key")
+}
+
+/// A persistent registration of `10.0.0.1:port` in [`service`].
+pub fn register(port: u16) -> Op {
+    Op::Register {
+        service: service(),
+        owner: Owner::Persistent {
+            ip: "10.0.0.1".into(),
+            port,
+        },
+        instances: vec![InstanceSpec::new("10.0.0.1", port)],
+    }
+}
 
 /// One node of a [`TestCluster`].
 pub struct ClusterNode {
@@ -111,12 +131,7 @@ impl TestCluster {
             cluster.add_node(id).await?;
         }
         let voters = cluster.members.clone();
-        cluster
-            .node(1)
-            .raft()
-            .expect("replicated")
-            .initialize(voters)
-            .await?;
+        cluster.node(1).raft().initialize(voters).await?;
         cluster.leader(Duration::from_secs(10)).await?;
         Ok(cluster)
     }
@@ -169,8 +184,8 @@ impl TestCluster {
             network.clone(),
         )
         .await?;
-        let raft = node.raft().expect("replicated").clone();
-        let svc = service(raft, &network);
+        let raft = node.raft().clone();
+        let svc = raft_service(raft, &network);
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
         let stop = cancel.clone();
         let serving = tokio::spawn(async move {
@@ -218,15 +233,11 @@ impl TestCluster {
         loop {
             let leaders: Vec<Option<NodeId>> = ids
                 .iter()
-                .map(|id| {
-                    self.node(*id)
-                        .raft()
-                        .and_then(|r| r.metrics().borrow().current_leader)
-                })
+                .map(|id| self.node(*id).raft().metrics().borrow().current_leader)
                 .collect();
             if let Some(Some(leader)) = leaders.first() {
                 if ids.contains(leader) && leaders.iter().all(|l| *l == Some(*leader)) {
-                    let raft = self.node(*leader).raft().expect("replicated");
+                    let raft = self.node(*leader).raft();
                     if raft.metrics().borrow().current_leader == Some(*leader) {
                         return Ok(*leader);
                     }
@@ -248,7 +259,7 @@ impl TestCluster {
         within: Duration,
     ) -> anyhow::Result<()> {
         for id in ids {
-            let raft = self.node(*id).raft().expect("replicated");
+            let raft = self.node(*id).raft();
             raft.wait(Some(within))
                 .applied_index_at_least(Some(index), "caught up")
                 .await
@@ -261,7 +272,6 @@ impl TestCluster {
     pub fn last_applied(&self, id: NodeId) -> u64 {
         self.node(id)
             .raft()
-            .expect("replicated")
             .metrics()
             .borrow()
             .last_applied

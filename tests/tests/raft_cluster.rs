@@ -7,24 +7,9 @@ use std::time::Duration;
 use understudy_core::{InstanceSpec, Op, Owner, ServiceKey};
 use understudy_server::config::Settings;
 use understudy_server::ProposeError;
-use understudy_tests::cluster::TestCluster;
+use understudy_tests::cluster::{register, service, TestCluster};
 
 const WAIT: Duration = Duration::from_secs(10);
-
-fn service() -> ServiceKey {
-    ServiceKey::parse("", "", "com.example.Orders").expect("a valid key")
-}
-
-fn register(port: u16) -> Op {
-    Op::Register {
-        service: service(),
-        owner: Owner::Persistent {
-            ip: "10.0.0.1".into(),
-            port,
-        },
-        instances: vec![InstanceSpec::new("10.0.0.1", port)],
-    }
-}
 
 fn instances_on(cluster: &TestCluster, id: u64) -> usize {
     cluster
@@ -121,7 +106,7 @@ async fn a_new_node_joins_and_catches_up_by_snapshot() -> anyhow::Result<()> {
         cluster.node(leader).propose(register(port)).await?;
     }
     // Snapshot and purge the log, so the newcomer cannot replay it.
-    let raft = cluster.node(leader).raft().expect("replicated").clone();
+    let raft = cluster.node(leader).raft().clone();
     raft.trigger().snapshot().await?;
     let index = cluster.last_applied(leader);
     raft.wait(Some(WAIT))
@@ -139,13 +124,7 @@ async fn a_new_node_joins_and_catches_up_by_snapshot() -> anyhow::Result<()> {
         cluster.node(4).registry().snapshot(),
         cluster.node(leader).registry().snapshot()
     );
-    let metrics = cluster
-        .node(4)
-        .raft()
-        .expect("replicated")
-        .metrics()
-        .borrow()
-        .clone();
+    let metrics = cluster.node(4).raft().metrics().borrow().clone();
     assert!(
         metrics.snapshot.is_some_and(|s| s.index > 0),
         "caught up without a snapshot: {metrics:?}"
@@ -236,8 +215,8 @@ async fn members_join_and_leave_through_the_admin_endpoint_on_the_leader_only() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v1_beats_sent_to_another_node_reach_the_responsible_one_and_silence_still_expires(
 ) -> anyhow::Result<()> {
+    use understudy_core::responsible;
     use understudy_core::{InstanceKey, LiveKey};
-    use understudy_server::node::responsible;
 
     let settings = Settings {
         beat_interval_ms: Some(100),

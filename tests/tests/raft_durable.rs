@@ -8,31 +8,16 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use understudy_core::{ConfigKey, ConfigSpec, InstanceSpec, Op, Owner, ServiceKey};
+use understudy_core::{ConfigKey, ConfigSpec, Op};
 use understudy_server::config::Settings;
 use understudy_server::raft::StartError;
 use understudy_server::{Clock, Node, ValidConfig};
-use understudy_tests::cluster::{snapshotting_raft_config, TestCluster};
+use understudy_tests::cluster::{register, service, snapshotting_raft_config, TestCluster};
 
 const WAIT: Duration = Duration::from_secs(15);
 
-fn service() -> ServiceKey {
-    ServiceKey::parse("", "", "com.example.Orders").expect("a valid key")
-}
-
 fn config_key() -> ConfigKey {
     ConfigKey::parse("", "DEFAULT_GROUP", "orders.properties").expect("a valid key")
-}
-
-fn register(port: u16) -> Op {
-    Op::Register {
-        service: service(),
-        owner: Owner::Persistent {
-            ip: "10.0.0.1".into(),
-            port,
-        },
-        instances: vec![InstanceSpec::new("10.0.0.1", port)],
-    }
 }
 
 fn publish(content: &str) -> Op {
@@ -102,7 +87,7 @@ async fn a_whole_cluster_restarted_on_its_data_dirs_keeps_its_instances_and_conf
     // Each node has built (and so kept) a snapshot; the restart goes
     // through it and the log after it.
     for id in 1..=3 {
-        let raft = cluster.node(id).raft().expect("replicated").clone();
+        let raft = cluster.node(id).raft().clone();
         raft.wait(Some(WAIT))
             .metrics(|m| m.snapshot.is_some(), "a snapshot")
             .await?;

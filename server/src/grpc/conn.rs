@@ -231,25 +231,33 @@ impl Conns {
         Some(conn)
     }
 
-    /// While this node is cut off from the cluster's majority: asks every
-    /// client to reconnect elsewhere, and ends the connections a moment
-    /// later (some clients ignore the request). Their instances stay: the
-    /// clients re-register where they reconnect, which moves the instances
-    /// in place, and the leader removes what is left after the owner grace
-    /// period. Answers how many connections were sent away.
-    pub(crate) async fn send_elsewhere(&self) -> usize {
+    /// Asks every client to reconnect elsewhere, and ends the connections
+    /// a moment later (some clients ignore the request). Their instances
+    /// stay: at shutdown the node is going away, not the clients; cut off
+    /// from the majority, the clients re-register where they reconnect,
+    /// which moves the instances in place, and the leader removes what is
+    /// left after the owner grace period. Answers how many connections
+    /// were ended.
+    pub(crate) async fn send_elsewhere(&self, why: &'static str) -> usize {
         let conns: Vec<Arc<Conn>> = self.open_map().values().cloned().collect();
+        if conns.is_empty() {
+            return 0;
+        }
         for conn in &conns {
             send_reset(conn);
         }
-        if !conns.is_empty() {
-            // Let the resets reach the clients before the connections end.
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
-        for conn in &conns {
-            self.end(conn.seq, "cut off from the cluster majority");
-        }
-        conns.len()
+        // Let the resets reach the clients before the connections end.
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let open: Vec<u64> = self.open_map().keys().copied().collect();
+        open.into_iter()
+            .filter_map(|seq| self.end(seq, why))
+            .count()
+    }
+
+    /// At shutdown: from now on a closing connection leaves its instances
+    /// in place (see [`Conns::send_elsewhere`]).
+    pub(crate) fn shutting_down(&self) {
+        self.shutting_down.store(true, Ordering::Release);
     }
 
     /// Probes idle connections and closes those that left a probe
@@ -290,24 +298,6 @@ impl Conns {
                 }
                 Probe::Wait => {}
             }
-        }
-    }
-
-    /// At shutdown: ask every client to reconnect elsewhere, then end the
-    /// streams. Instances are not removed: the node is going away, not
-    /// the clients.
-    pub(crate) fn reset_all(&self) {
-        self.shutting_down.store(true, Ordering::Release);
-        let conns: Vec<Arc<Conn>> = self.open_map().values().cloned().collect();
-        for conn in conns {
-            send_reset(&conn);
-        }
-    }
-
-    /// Ends every stream (after [`Conns::reset_all`]).
-    pub(crate) fn close_streams(&self) {
-        for conn in self.open_map().values() {
-            conn.closed.cancel();
         }
     }
 }

@@ -93,7 +93,7 @@ pub(crate) async fn serve(
                 _ = quorum_tick.tick() => {
                     let cut_off = cleanup_conns_node.quorum_lost_for();
                     if cut_off.is_some_and(|lost| lost >= reset_after) {
-                        let sent = cleanup_conns.send_elsewhere().await;
+                        let sent = cleanup_conns.send_elsewhere("cut off from the cluster majority").await;
                         if sent > 0 {
                             tracing::warn!(
                                 connections = sent,
@@ -110,10 +110,8 @@ pub(crate) async fn serve(
     let reset_conns = conns.clone();
     let signal = async move {
         shutdown.cancelled().await;
-        reset_conns.reset_all();
-        // Let the resets reach the clients before the connections end.
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        reset_conns.close_streams();
+        reset_conns.shutting_down();
+        reset_conns.send_elsewhere("server shutting down").await;
         stop_accepting.cancel();
     };
     tonic::transport::Server::builder()

@@ -206,10 +206,7 @@ pub(super) fn check_secret(node: &Node, headers: &axum::http::HeaderMap) -> Resu
 }
 
 fn membership_error(e: crate::raft::MembershipError) -> ApiError {
-    match e {
-        crate::raft::MembershipError::Single => ApiError::invalid("id", e.to_string()),
-        _ => ApiError::unavailable(e.to_string()),
-    }
+    ApiError::unavailable(e.to_string())
 }
 
 /// `POST /understudy/v1/cluster/members?id=&raftAddr=&dc=&role=voter|learner`:

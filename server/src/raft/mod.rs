@@ -115,9 +115,6 @@ pub enum Role {
 /// Why a membership change was not made.
 #[derive(Debug, thiserror::Error)]
 pub enum MembershipError {
-    /// A node without replication has no members to change.
-    #[error("this node runs without replication (no peers configured)")]
-    Single,
     /// Only the leader changes membership.
     #[error("this node is not the leader{}", leader_hint(.leader, .raft_addr))]
     NotLeader {
@@ -300,10 +297,7 @@ pub async fn start_member(
     )
     .await
     .map_err(std::io::Error::other)?;
-    let raft = node
-        .raft()
-        .cloned()
-        .ok_or_else(|| std::io::Error::other("no raft"))?;
+    let raft = node.raft().clone();
     let address = listener.local_addr()?;
     let service = network::service(raft.clone(), &network);
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
