@@ -75,8 +75,14 @@ pub enum Command {
     /// Serve one registry node (the default).
     Serve(ServeArgs),
     /// Admin commands against a running node: export and import its
-    /// registry and configs.
+    /// registry and configs, check its health.
     Ctl(crate::ctl::CtlArgs),
+    /// Run a whole multi-DC cluster in this process, each node on its own
+    /// ports, e.g. `sim --dc hz=2 --dc sh=1 --link hz-sh=40ms~10ms,loss=1%`.
+    Sim(crate::sim::SimArgs),
+    /// Chaos scenarios: `chaos run FILE` runs one against a sim cluster
+    /// with synthetic providers and watchers and writes its report.
+    Chaos(crate::chaos::ChaosArgs),
 }
 
 impl Cli {
@@ -85,7 +91,7 @@ impl Cli {
     pub fn into_serve_args(self) -> ServeArgs {
         match self.command {
             Some(Command::Serve(args)) => args,
-            Some(Command::Ctl(_)) | None => self.serve,
+            Some(Command::Ctl(_) | Command::Sim(_) | Command::Chaos(_)) | None => self.serve,
         }
     }
 }
@@ -223,6 +229,22 @@ pub struct Settings {
     /// Directory for the raft log, vote and snapshots (one redb file); none keeps them in memory [default: none].
     #[arg(long, env = "UNDERSTUDY_DATA_DIR", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
+    /// Injected faults between two DCs' nodes, `FROM-TO=LATENCY[~JITTER][,loss=P%][,cut]` both ways or `FROM->TO=...` one way (latency is one-way); repeat for each [default: none].
+    #[arg(long = "link", env = "UNDERSTUDY_LINKS", value_delimiter = ';')]
+    pub link: Option<Vec<String>>,
+    /// Seed of the link model's loss and jitter draws; the same seed replays the same draws [default: 1].
+    #[arg(long, env = "UNDERSTUDY_CHAOS_SEED")]
+    pub chaos_seed: Option<u64>,
+    /// The leader appends a timestamped tick entry this often, so view lag means something on an idle cluster, ms [default: 100].
+    #[arg(long, env = "UNDERSTUDY_TICK_MS")]
+    pub tick_ms: Option<u64>,
+    /// Committed entries reach a DC's read view this late (raft is not slowed), `DC=DELAY` such as `sh=500ms`; repeat for each [default: none].
+    #[arg(
+        long = "apply-delay",
+        env = "UNDERSTUDY_APPLY_DELAYS",
+        value_delimiter = ','
+    )]
+    pub apply_delay: Option<Vec<String>>,
 }
 
 macro_rules! layer {
@@ -276,6 +298,10 @@ impl Settings {
             owner_grace_ms,
             quorum_loss_reset_ms,
             data_dir,
+            link,
+            chaos_seed,
+            tick_ms,
+            apply_delay,
         )
     }
 
@@ -343,6 +369,21 @@ pub struct ValidConfig {
     pub cluster: ClusterConfig,
     /// Where the raft state is kept; `None`: in memory.
     pub data_dir: Option<PathBuf>,
+    /// The multi-DC fault model and view-lag ticks.
+    pub chaos: ChaosConfig,
+}
+
+/// The multi-DC fault model's starting point and the view-lag ticks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChaosConfig {
+    /// Seed of the loss and jitter draws.
+    pub seed: u64,
+    /// DC link faults in force from the start.
+    pub links: Vec<crate::raft::links::LinkSpec>,
+    /// How often the leader appends a tick entry.
+    pub tick: Duration,
+    /// Per-DC delay before committed entries reach the read view.
+    pub apply_delays: std::collections::BTreeMap<String, Duration>,
 }
 
 /// Replication settings.
@@ -599,6 +640,37 @@ impl ValidConfig {
             }
             other => other,
         };
+        let mut links = Vec::new();
+        for text in s.link.iter().flatten().filter(|l| !l.trim().is_empty()) {
+            links.push(
+                text.parse::<crate::raft::links::LinkSpec>()
+                    .map_err(|e| invalid("link", e.to_string()))?,
+            );
+        }
+        let mut apply_delays = std::collections::BTreeMap::new();
+        for text in s
+            .apply_delay
+            .iter()
+            .flatten()
+            .filter(|l| !l.trim().is_empty())
+        {
+            let (dc, delay) = text
+                .split_once('=')
+                .ok_or_else(|| invalid("apply_delay", format!("'{text}' is not DC=DELAY")))?;
+            let delay = crate::raft::links::parse_duration(delay)
+                .map_err(|why| invalid("apply_delay", format!("'{text}' {why}")))?;
+            apply_delays.insert(dc.trim().to_owned(), delay);
+        }
+        let tick_ms = s.tick_ms.unwrap_or(100);
+        if !(10..=60_000).contains(&tick_ms) {
+            return Err(invalid("tick_ms", "must be between 10 and 60000"));
+        }
+        let chaos = ChaosConfig {
+            seed: s.chaos_seed.unwrap_or(1),
+            links,
+            tick: Duration::from_millis(tick_ms),
+            apply_delays,
+        };
         let cluster = ClusterConfig {
             raft_port,
             advertise,
@@ -630,6 +702,7 @@ impl ValidConfig {
             shutdown_grace: Duration::from_millis(s.shutdown_grace_ms.unwrap_or(5_000)),
             cluster,
             data_dir,
+            chaos,
         })
     }
 }
@@ -659,6 +732,20 @@ mod tests {
         let config = ValidConfig::from_settings(flags.over(file)).unwrap();
         assert_eq!((config.http_port, config.node_id), (9100, 7));
         assert_eq!(config.bind.to_string(), "127.0.0.1");
+    }
+
+    #[test]
+    fn the_link_model_comes_from_flags_or_the_file() {
+        let file = Settings::from_toml(
+            "link = [\"hz-sh=40ms~10ms,loss=1%\", \"sh->hz=cut\"]\napply_delay = [\"sh=500ms\"]\nchaos_seed = 9\n",
+        )
+        .unwrap();
+        let config = ValidConfig::from_settings(file).unwrap();
+        let links: Vec<String> = config.chaos.links.iter().map(|l| l.to_string()).collect();
+        assert_eq!(links, ["hz-sh=40ms~10ms,loss=1%", "sh->hz=cut"]);
+        assert_eq!(config.chaos.seed, 9);
+        assert_eq!(config.chaos.apply_delays["sh"], Duration::from_millis(500));
+        assert_eq!(config.chaos.tick, Duration::from_millis(100));
     }
 
     #[test]
@@ -718,6 +805,27 @@ mod tests {
                     ..Settings::default()
                 },
                 "data_dir",
+            ),
+            (
+                Settings {
+                    link: Some(vec!["hz-sh=40".into()]),
+                    ..Settings::default()
+                },
+                "link",
+            ),
+            (
+                Settings {
+                    apply_delay: Some(vec!["sh".into()]),
+                    ..Settings::default()
+                },
+                "apply_delay",
+            ),
+            (
+                Settings {
+                    tick_ms: Some(1),
+                    ..Settings::default()
+                },
+                "tick_ms",
             ),
         ];
         for (settings, key) in cases {

@@ -1,7 +1,9 @@
 //! `understudy ctl`: admin commands against a running node over its HTTP
 //! port. `export` saves the node's registry and configs as the JSON
 //! document of `GET /understudy/v1/export`; `import` sends such a document
-//! to `POST /understudy/v1/import` and prints what it created or changed.
+//! to `POST /understudy/v1/import` and prints what it created or changed;
+//! `health` asks `GET /ready` and exits 0 only on a 2xx answer (a container
+//! health check: the runtime image has no shell and no curl).
 //! It owns the command line of those commands and their HTTP calls; it
 //! has no rules of its own (the server validates) and creates its own
 //! runtime only in [`main`], so the calls can be made from a test's.
@@ -35,6 +37,9 @@ pub enum CtlCommand {
     /// Merge a document made by `export` into the node: items in it are
     /// created or updated, items not in it are left alone.
     Import(ImportArgs),
+    /// Exit 0 when the node answers `GET /ready` with a 2xx, else print
+    /// why and exit 1: a health check for containers without a shell.
+    Health(Target),
 }
 
 /// Which node, and the secret it wants.
@@ -74,6 +79,9 @@ pub struct ImportArgs {
     #[command(flatten)]
     pub target: Target,
 }
+
+/// How long `health` waits for the whole answer.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Why a ctl command failed.
 #[derive(Debug, Error)]
@@ -130,6 +138,9 @@ pub fn main(args: CtlArgs) -> ExitCode {
             CtlCommand::Import(args) => import(&args).await.map(|counts| {
                 println!("{counts}");
             }),
+            CtlCommand::Health(target) => health(&target).await.map(|answer| {
+                println!("{answer}");
+            }),
         }
     });
     match outcome {
@@ -181,6 +192,18 @@ pub async fn import(args: &ImportArgs) -> Result<String, CtlError> {
         .body(document);
     let body = send(request, &args.target, &url).await?;
     Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
+/// Asks the node whether it is ready (`GET /ready`); returns its answer.
+/// Anything but a 2xx within [`HEALTH_TIMEOUT`] is an error.
+pub async fn health(target: &Target) -> Result<String, CtlError> {
+    let url = endpoint(&target.server, "/ready");
+    let request = client()
+        .map_err(|source| unreachable(&url, source))?
+        .get(&url)
+        .timeout(HEALTH_TIMEOUT);
+    let body = send(request, target, &url).await?;
+    Ok(String::from_utf8_lossy(&body).trim().to_owned())
 }
 
 fn client() -> Result<reqwest::Client, reqwest::Error> {
@@ -320,6 +343,24 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn health_takes_the_target() {
+        match ctl(&["ctl", "health"]) {
+            CtlCommand::Health(target) => {
+                assert_eq!(target.server, "http://127.0.0.1:8848");
+            }
+            other => panic!("{other:?}"),
+        }
+        match ctl(&["ctl", "health", "--server", "node2:8848"]) {
+            CtlCommand::Health(target) => assert_eq!(target.server, "node2:8848"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            endpoint("http://127.0.0.1:8848/", "/ready"),
+            "http://127.0.0.1:8848/ready"
+        );
     }
 
     #[test]

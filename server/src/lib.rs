@@ -24,6 +24,7 @@
 //! resolves; tests bind port 0 and call it in-process, or build a
 //! [`Node`] and drive [`router`] without sockets.
 
+pub mod chaos;
 pub mod clock;
 pub mod config;
 pub mod ctl;
@@ -34,8 +35,10 @@ pub mod node;
 mod ownership;
 mod push;
 pub mod raft;
+pub mod sim;
 mod sweeper;
 mod udp;
+pub mod view;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -82,6 +85,40 @@ pub async fn run(
     listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let faults = raft::links::LinkFaults::new(config.chaos.seed);
+    let serving = serve(config, listeners, faults).await?;
+    shutdown.await;
+    serving.stop().await
+}
+
+/// A node being served: its HTTP, gRPC and (with peers) raft ports.
+pub struct Serving {
+    node: Node,
+    grace: std::time::Duration,
+    tasks: TaskTracker,
+    cancel: CancellationToken,
+    stop_grpc: CancellationToken,
+    stop_http: CancellationToken,
+    kill: CancellationToken,
+    grpc: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+    http: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl std::fmt::Debug for Serving {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Serving")
+            .field("node", &self.node)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Starts serving one node on `listeners`, its raft transport obeying
+/// `faults` (one shared model when several nodes run in one process).
+pub async fn serve(
+    config: ValidConfig,
+    listeners: Listeners,
+    faults: raft::links::LinkFaults,
+) -> std::io::Result<Serving> {
     let grace = config.shutdown_grace;
     let tasks = TaskTracker::new();
     let cancel = CancellationToken::new();
@@ -96,56 +133,101 @@ pub async fn run(
                 "a node with peers needs its raft port bound",
             ))
         }
-        Some(raft) => raft::start_member(config, raft, &tasks, cancel.clone()).await?,
+        Some(raft) => raft::start_member(config, raft, faults, &tasks, cancel.clone()).await?,
     };
     let address = listeners.http.local_addr()?;
     let grpc_address = listeners.grpc.local_addr()?;
     tracing::info!(http = %address, grpc = %grpc_address, node = node.config().node_id, dc = %node.config().dc, "serving the Nacos HTTP and gRPC APIs");
 
     let stop_grpc = cancel.child_token();
+    let kill = CancellationToken::new();
     let grpc = tokio::spawn(grpc::serve(
         node.clone(),
         listeners.grpc,
         stop_grpc.clone(),
+        kill.clone(),
         tasks.clone(),
     ));
     let stop_http = cancel.child_token();
     let server = axum::serve(
         listeners.http,
-        router(node).into_make_service_with_connect_info::<SocketAddr>(),
+        router(node.clone()).into_make_service_with_connect_info::<SocketAddr>(),
     )
     .with_graceful_shutdown(stop_http.clone().cancelled_owned());
-    let server = tokio::spawn(async move { server.await });
-    shutdown.await;
-    tracing::info!("shutting down");
-    stop_grpc.cancel();
-    stop_http.cancel();
-    match tokio::time::timeout(grace, grpc).await {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => tracing::error!(error = %e, "gRPC server failed"),
-        Ok(Err(join)) => tracing::error!(error = %join, "gRPC server task failed"),
-        Err(_) => tracing::warn!(
-            ?grace,
-            "gRPC connections still open after the grace period; closing"
-        ),
+    let http = tokio::spawn(async move { server.await });
+    Ok(Serving {
+        node,
+        grace,
+        tasks,
+        cancel,
+        stop_grpc,
+        stop_http,
+        kill,
+        grpc,
+        http,
+    })
+}
+
+impl Serving {
+    /// The node.
+    pub fn node(&self) -> &Node {
+        &self.node
     }
-    match tokio::time::timeout(grace, server).await {
-        Ok(Ok(result)) => result?,
-        Ok(Err(join)) => tracing::error!(error = %join, "HTTP server task failed"),
-        Err(_) => tracing::warn!(
-            ?grace,
-            "requests still running after the grace period; closing"
-        ),
+
+    /// Stops as a crash would look from outside: every port closes and
+    /// every task stops at once, nothing is drained.
+    pub async fn kill(self) {
+        self.kill.cancel();
+        self.cancel.cancel();
+        self.grpc.abort();
+        self.http.abort();
+        self.tasks.close();
+        let _ = tokio::time::timeout(self.grace, self.tasks.wait()).await;
     }
-    // The writer drains its queues before it exits.
-    cancel.cancel();
-    tasks.close();
-    if tokio::time::timeout(grace, tasks.wait()).await.is_err() {
-        tracing::warn!(
-            ?grace,
-            "background tasks still running after the grace period"
-        );
+
+    /// Stops accepting, lets in-flight requests and queued writes finish
+    /// within the grace period, and stops the background tasks.
+    pub async fn stop(self) -> std::io::Result<()> {
+        let Serving {
+            grace,
+            tasks,
+            cancel,
+            stop_grpc,
+            stop_http,
+            grpc,
+            http,
+            ..
+        } = self;
+        tracing::info!("shutting down");
+        stop_grpc.cancel();
+        stop_http.cancel();
+        match tokio::time::timeout(grace, grpc).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => tracing::error!(error = %e, "gRPC server failed"),
+            Ok(Err(join)) => tracing::error!(error = %join, "gRPC server task failed"),
+            Err(_) => tracing::warn!(
+                ?grace,
+                "gRPC connections still open after the grace period; closing"
+            ),
+        }
+        match tokio::time::timeout(grace, http).await {
+            Ok(Ok(result)) => result?,
+            Ok(Err(join)) => tracing::error!(error = %join, "HTTP server task failed"),
+            Err(_) => tracing::warn!(
+                ?grace,
+                "requests still running after the grace period; closing"
+            ),
+        }
+        // The writer drains its queues before it exits.
+        cancel.cancel();
+        tasks.close();
+        if tokio::time::timeout(grace, tasks.wait()).await.is_err() {
+            tracing::warn!(
+                ?grace,
+                "background tasks still running after the grace period"
+            );
+        }
+        tracing::info!("stopped");
+        Ok(())
     }
-    tracing::info!("stopped");
-    Ok(())
 }

@@ -21,8 +21,34 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    if let Some(Command::Ctl(args)) = cli.command {
-        return understudy_server::ctl::main(args);
+    match cli.command {
+        Some(Command::Ctl(args)) => return understudy_server::ctl::main(args),
+        Some(Command::Sim(args)) => {
+            init_logging(&args.log);
+            return match sim(args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("understudy sim: {e:#}");
+                    ExitCode::from(EXIT_USAGE)
+                }
+            };
+        }
+        Some(Command::Chaos(args)) => {
+            let understudy_server::chaos::ChaosCommand::Run(args) = args.command;
+            init_logging(&args.log);
+            return match chaos(args) {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => {
+                    eprintln!("understudy chaos: the run broke a promise (see the report)");
+                    ExitCode::FAILURE
+                }
+                Err(e) => {
+                    eprintln!("understudy chaos: {e:#}");
+                    ExitCode::from(EXIT_USAGE)
+                }
+            };
+        }
+        _ => {}
     }
     let config = match cli.into_serve_args().resolve() {
         Ok(config) => config,
@@ -31,11 +57,7 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(&config.log))
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    init_logging(&config.log);
     match serve(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -43,6 +65,24 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn init_logging(filter: &str) {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
+#[tokio::main]
+async fn sim(args: understudy_server::sim::SimArgs) -> anyhow::Result<()> {
+    understudy_server::sim::main(args, shutdown_signal()).await
+}
+
+#[tokio::main]
+async fn chaos(args: understudy_server::chaos::RunArgs) -> anyhow::Result<bool> {
+    understudy_server::chaos::main(args).await
 }
 
 #[tokio::main]

@@ -232,6 +232,8 @@ struct Inner {
     held: Mutex<std::collections::HashSet<String>>,
     /// The last moment this node was part of a working majority.
     quorum_seen: Mutex<tokio::time::Instant>,
+    /// How fresh the read view is.
+    view: crate::view::View,
 }
 
 /// A connection id held open by this process; released on drop.
@@ -276,7 +278,11 @@ impl Node {
         let cluster = config.cluster.clone();
         // A single member never calls out; the network is there because
         // raft needs one.
-        let network = Network::new(id, LinkFaults::new(id), NetworkOptions::default());
+        let network = Network::new(
+            id,
+            LinkFaults::new(config.chaos.seed),
+            NetworkOptions::default(),
+        );
         let node = Self::start_replicated(
             config,
             clock,
@@ -319,8 +325,19 @@ impl Node {
             let state = state.clone();
             Arc::new(move |key: &LiveKey| state.liveness().beat(key, clock.now()))
         });
+        let faults = network.faults().clone();
+        faults.set_dc(config.node_id, &config.dc);
+        for spec in &config.chaos.links {
+            // Validated with the config.
+            let _ = faults.apply(spec);
+        }
+        for (dc, delay) in &config.chaos.apply_delays {
+            faults.set_apply_delay(dc, *delay);
+        }
+        let view = crate::view::View::new(&config.dc, faults.clone());
         let waiters = Waiters::default();
-        let machine = StateMachine::new(config.node_id, state.clone(), clock, waiters.clone());
+        let machine = StateMachine::new(config.node_id, state.clone(), clock, waiters.clone())
+            .with_view(view.clone());
         let raft_config = Arc::new(raft_config.validate()?);
         let mut closed = None;
         let (log, machine) = match &config.data_dir {
@@ -337,9 +354,15 @@ impl Node {
                 (log, machine)
             }
         };
-        let raft =
-            crate::raft::Raft::new(config.node_id, raft_config, network.clone(), log, machine)
-                .await?;
+        let raft = crate::raft::Raft::new(
+            config.node_id,
+            raft_config,
+            network.clone(),
+            log.clone(),
+            machine,
+        )
+        .await?;
+        crate::raft::relay::start(raft.clone(), network.clone(), log, tasks, cancel.clone());
         let writer = crate::raft::writer::RaftWriter::start(
             raft.clone(),
             config.node_id,
@@ -367,8 +390,34 @@ impl Node {
                 network,
                 held: Mutex::default(),
                 quorum_seen: Mutex::new(tokio::time::Instant::now()),
+                view,
             }),
         };
+        let weak = Arc::downgrade(&node.inner);
+        node.inner
+            .network
+            .on_admin(Arc::new(move |request| match weak.upgrade() {
+                Some(inner) => Node { inner }.answer_admin(request),
+                None => crate::raft::network::AdminReply::Refused("the node is stopping".into()),
+            }));
+        let tick = node.inner.config.chaos.tick;
+        let quorum_window =
+            std::time::Duration::from_millis(node.inner.config.cluster.election_timeout_ms * 2);
+        tasks.spawn(crate::view::run_ticks(
+            raft.clone(),
+            node.inner.config.node_id,
+            tick,
+            quorum_window,
+            cancel.clone(),
+        ));
+        tasks.spawn(crate::raft::gate::run(
+            raft.clone(),
+            node.inner.network.clone(),
+            std::time::Duration::from_millis(node.inner.config.cluster.heartbeat_ms),
+            std::time::Duration::from_millis(node.inner.config.cluster.election_timeout_ms),
+            cancel.clone(),
+        ));
+        tasks.spawn(crate::view::track_dcs(raft.clone(), faults, cancel.clone()));
         tasks.spawn(crate::sweeper::run(node.clone(), cancel.clone()));
         tasks.spawn(crate::ownership::run(node.clone(), cancel.clone()));
         tasks.spawn(async move {
@@ -388,6 +437,16 @@ impl Node {
             }
         });
         Ok(node)
+    }
+
+    /// How fresh this node's read view is.
+    pub fn view(&self) -> &crate::view::View {
+        &self.inner.view
+    }
+
+    /// The fault model this node's transport obeys.
+    pub fn faults(&self) -> &crate::raft::links::LinkFaults {
+        self.inner.network.faults()
     }
 
     /// The raft handle (a single node is a one-member cluster).
@@ -450,6 +509,122 @@ impl Node {
     pub fn cluster_status(&self) -> crate::raft::ClusterStatus {
         let revision = self.registry().revision();
         crate::raft::ClusterStatus::of(&self.inner.raft, &self.inner.config.dc, revision)
+    }
+
+    /// This node's own state.
+    pub fn node_status(&self) -> crate::raft::NodeStatus {
+        let status = self.cluster_status();
+        crate::raft::NodeStatus {
+            node_id: status.node_id,
+            dc: status.dc,
+            role: status.role,
+            term: status.term,
+            leader: status.leader,
+            last_applied: status.last_applied,
+            revision: status.revision,
+            view_lag_ms: self.inner.view.lag().map(|l| l.as_millis() as u64),
+            register_to_visible: self.inner.view.register_to_visible(),
+        }
+    }
+
+    /// Every member's status: this node's own, the others' asked out of
+    /// band (so a partitioned member still answers), each within
+    /// `timeout`.
+    pub async fn cluster_report(
+        &self,
+        timeout: std::time::Duration,
+    ) -> Vec<crate::raft::NodeReport> {
+        use crate::raft::network::{AdminReply, AdminRequest};
+        let members: Vec<(crate::raft::NodeId, crate::raft::Member)> = self
+            .raft()
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .nodes()
+            .map(|(id, m)| (*id, m.clone()))
+            .collect();
+        let asks = members.into_iter().map(|(id, member)| async move {
+            let (status, error) = if id == self.inner.config.node_id {
+                (Some(self.node_status()), None)
+            } else {
+                match self
+                    .inner
+                    .network
+                    .admin(id, &member, &AdminRequest::Status, timeout)
+                    .await
+                {
+                    Ok(AdminReply::Status(status)) => (Some(*status), None),
+                    Ok(other) => (None, Some(format!("unexpected answer {other:?}"))),
+                    Err(e) => (None, Some(e)),
+                }
+            };
+            crate::raft::NodeReport {
+                id,
+                dc: member.dc,
+                status,
+                error,
+            }
+        });
+        futures_util::future::join_all(asks).await
+    }
+
+    /// Changes the fault model here and hands it to every other member out
+    /// of band; answers the members that could not be told.
+    pub async fn set_faults(
+        &self,
+        state: &crate::raft::links::FaultState,
+    ) -> Result<Vec<(crate::raft::NodeId, String)>, crate::raft::links::InvalidLink> {
+        use crate::raft::network::{AdminReply, AdminRequest};
+        self.faults().set_state(state)?;
+        let members: Vec<(crate::raft::NodeId, crate::raft::Member)> = self
+            .raft()
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .nodes()
+            .filter(|(id, _)| **id != self.inner.config.node_id)
+            .map(|(id, m)| (*id, m.clone()))
+            .collect();
+        let request = AdminRequest::SetFaults(state.clone());
+        let tells = members.into_iter().map(|(id, member)| {
+            let request = &request;
+            async move {
+                let answer = self
+                    .inner
+                    .network
+                    .admin(id, &member, request, std::time::Duration::from_secs(2))
+                    .await;
+                match answer {
+                    Ok(AdminReply::Faults(_)) => None,
+                    Ok(AdminReply::Refused(why)) => Some((id, why)),
+                    Ok(other) => Some((id, format!("unexpected answer {other:?}"))),
+                    Err(e) => Some((id, e)),
+                }
+            }
+        });
+        Ok(futures_util::future::join_all(tells)
+            .await
+            .into_iter()
+            .flatten()
+            .collect())
+    }
+
+    fn answer_admin(
+        &self,
+        request: crate::raft::network::AdminRequest,
+    ) -> crate::raft::network::AdminReply {
+        use crate::raft::network::{AdminReply, AdminRequest};
+        match request {
+            AdminRequest::Status => AdminReply::Status(Box::new(self.node_status())),
+            // Answered by the transport itself.
+            AdminRequest::Ping => AdminReply::Pong,
+            AdminRequest::SetFaults(state) => match self.faults().set_state(&state) {
+                Ok(()) => AdminReply::Faults(self.faults().state()),
+                Err(e) => AdminReply::Refused(e.to_string()),
+            },
+        }
     }
 
     /// Whether this node leads its cluster (a single node, once formed).

@@ -59,7 +59,7 @@ async fn listed(client: &reqwest::Client, http: u16) -> BTreeSet<u32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_registrations_survive_the_leader_process_being_killed() {
     let client = reqwest::Client::new();
-    let mut procs = start(3, &[]);
+    let mut procs = start(&["dc1"; 3], &[]);
     let mut all: Vec<&mut Proc> = procs.iter_mut().collect();
     let leader = agreed_leader(&client, &mut all, Duration::from_secs(30)).await;
 

@@ -130,7 +130,7 @@ async fn a_client_moving_within_the_grace_period_keeps_its_instance_and_a_strand
     let http = reqwest::Client::new();
     let grace = GRACE_MS.to_string();
     let mut procs = start(
-        3,
+        &["dc1"; 3],
         &["--owner-grace-ms", &grace, "--quorum-loss-reset-ms", "2000"],
     );
     let mut all: Vec<&mut Proc> = procs.iter_mut().collect();
@@ -232,7 +232,7 @@ async fn a_client_moving_within_the_grace_period_keeps_its_instance_and_a_strand
 async fn a_node_cut_off_from_the_majority_sends_its_grpc_clients_away() {
     let http = reqwest::Client::new();
     let mut procs = start(
-        3,
+        &["dc1"; 3],
         &[
             "--owner-grace-ms",
             "20000",

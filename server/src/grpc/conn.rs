@@ -254,6 +254,17 @@ impl Conns {
             .count()
     }
 
+    /// Drops every connection at once, as a crash would: no reset request,
+    /// no cleanup, their instances stay (owners lost are the leader's
+    /// business).
+    pub(crate) fn kill_all(&self) {
+        self.shutting_down();
+        let open: Vec<u64> = self.open_map().keys().copied().collect();
+        for seq in open {
+            self.end(seq, "node killed");
+        }
+    }
+
     /// At shutdown: from now on a closing connection leaves its instances
     /// in place (see [`Conns::send_elsewhere`]).
     pub(crate) fn shutting_down(&self) {

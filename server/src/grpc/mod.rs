@@ -33,9 +33,19 @@ pub(crate) async fn serve(
     node: Node,
     listener: TcpListener,
     shutdown: CancellationToken,
+    kill: CancellationToken,
     tasks: TaskTracker,
 ) -> Result<(), tonic::transport::Error> {
     let (conns, mut dropped) = Conns::new(node.clone());
+    let kill_conns = conns.clone();
+    let stop_watching = shutdown.clone();
+    tasks.spawn(async move {
+        tokio::select! {
+            biased;
+            () = kill.cancelled() => kill_conns.kill_all(),
+            () = stop_watching.cancelled() => {}
+        }
+    });
     let max = node.config().grpc.max_message_bytes;
     let unary = RequestServer::new(Unary { node: node.clone() })
         .max_decoding_message_size(max)
@@ -296,6 +306,17 @@ async fn push(node: Node, conn: Arc<Conn>) {
             )
         }));
         for payload in pushes {
+            // Injected push faults for this node's DC: a dropped push goes
+            // unanswered and is retried after the push timeout.
+            match node.faults().push_fate(&node.config().dc) {
+                crate::raft::links::PushFate::Drop => {
+                    metrics::counter!("understudy_pushes_dropped_by_fault_total").increment(1);
+                    continue;
+                }
+                crate::raft::links::PushFate::Send(delay) => {
+                    merge_delay(delay.as_millis() as u64).await
+                }
+            }
             if !conn.send_push(payload).await {
                 return;
             }

@@ -5,6 +5,7 @@
 //! live in `naming` and `ops`, errors are rendered in `error`.
 
 mod backup;
+mod chaos;
 mod config;
 mod error;
 mod naming;
@@ -163,6 +164,15 @@ pub fn router(node: Node) -> Router {
             "/understudy/v1/cluster/members",
             post(ops::add_member).delete(ops::remove_member),
         )
+        .route("/understudy/v1/cluster/nodes", get(chaos::nodes))
+        .route("/understudy/v1/chaos", get(chaos::show).put(chaos::replace))
+        .route("/understudy/v1/chaos/links", post(chaos::links))
+        .route("/understudy/v1/chaos/partition", post(chaos::partition))
+        .route("/understudy/v1/chaos/heal", post(chaos::heal))
+        .route("/understudy/v1/chaos/apply-delay", post(chaos::apply_delay))
+        .route("/understudy/v1/chaos/push", post(chaos::push))
+        .route("/understudy/v1/chaos/pause", post(chaos::pause))
+        .route("/understudy/v1/chaos/resume", post(chaos::resume))
         .route("/understudy/v1/export", get(backup::export))
         .route("/understudy/v1/import", post(backup::import))
         .route("/health", get(ops::health))

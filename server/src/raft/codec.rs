@@ -7,7 +7,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 /// The format this build writes and reads.
-pub const FORMAT: u8 = 2;
+pub const FORMAT: u8 = 3;
 
 /// Why bytes could not be decoded.
 #[derive(Debug, Error)]

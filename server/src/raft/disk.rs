@@ -21,7 +21,7 @@ use super::{Member, NodeId, TypeConfig};
 /// The layout this build writes and reads; bump it when a table or value
 /// changes shape, the codec's format included (2: snapshots carry the
 /// lost-node marks).
-pub const FORMAT: u64 = 2;
+pub const FORMAT: u64 = 3;
 
 /// The file's name under the data dir.
 pub const FILE_NAME: &str = "understudy.redb";

@@ -15,7 +15,10 @@
 
 pub mod codec;
 pub mod disk;
+pub mod gate;
+pub mod links;
 pub mod network;
+pub mod relay;
 pub mod store;
 pub mod writer;
 
@@ -54,6 +57,27 @@ pub struct Batch {
     pub seq: u64,
     /// The commands, applied in order, each succeeding or failing alone.
     pub commands: Vec<Command>,
+    /// The proposer's wall clock when it proposed them, ms since the
+    /// epoch: what view lag and register-to-visible delays are measured
+    /// from (see [`crate::view`]).
+    pub stamp_ms: u64,
+}
+
+impl Batch {
+    /// The leader's tick: no commands, only its time.
+    pub fn tick(leader: NodeId, stamp_ms: u64) -> Self {
+        Self {
+            origin: leader,
+            seq: 0,
+            commands: Vec::new(),
+            stamp_ms,
+        }
+    }
+
+    /// Whether this is a tick (no one waits for its results).
+    pub fn is_tick(&self) -> bool {
+        self.commands.is_empty()
+    }
 }
 
 /// What the state machine answers for an entry: only how many commands it
@@ -184,6 +208,44 @@ pub struct MemberStatus {
     pub matched: Option<u64>,
 }
 
+/// One node's own state, as its peers and the admin API see it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeStatus {
+    /// Node id.
+    pub node_id: NodeId,
+    /// Datacenter label.
+    pub dc: String,
+    /// Raft role.
+    pub role: String,
+    /// The current term.
+    pub term: u64,
+    /// The leader it knows of.
+    pub leader: Option<NodeId>,
+    /// The last log index applied.
+    pub last_applied: u64,
+    /// The registry revision applied.
+    pub revision: u64,
+    /// Now minus the newest leader stamp in its read view, ms.
+    pub view_lag_ms: Option<u64>,
+    /// Register-to-visible delays seen there.
+    pub register_to_visible: crate::view::DelaySummary,
+}
+
+/// A member's status as gathered by another node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeReport {
+    /// Node id.
+    pub id: NodeId,
+    /// Datacenter label.
+    pub dc: String,
+    /// Its status, if it answered.
+    pub status: Option<NodeStatus>,
+    /// Why it did not, if it did not.
+    pub error: Option<String>,
+}
+
 /// One node's view of the cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -258,10 +320,11 @@ impl ClusterStatus {
 pub async fn start_member(
     config: crate::ValidConfig,
     listener: tokio::net::TcpListener,
+    faults: network::LinkFaults,
     tasks: &tokio_util::task::TaskTracker,
     cancel: tokio_util::sync::CancellationToken,
 ) -> std::io::Result<crate::Node> {
-    use network::{ClusterSecret, LinkFaults, Network, NetworkOptions};
+    use network::{ClusterSecret, Network, NetworkOptions};
 
     let id = config.node_id;
     let cluster = config.cluster.clone();
@@ -269,7 +332,11 @@ pub async fn start_member(
         Some(s) => Some(ClusterSecret::new(s).map_err(|e| std::io::Error::other(e.to_string()))?),
         None => None,
     };
-    let faults = LinkFaults::new(id);
+    for (peer, member) in &cluster.peers {
+        if !member.dc.is_empty() {
+            faults.set_dc(*peer, &member.dc);
+        }
+    }
     let network = Network::new(
         id,
         faults.clone(),

@@ -11,8 +11,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use openraft::error::{
@@ -25,8 +24,6 @@ use openraft::raft::{
     VoteRequest, VoteResponse,
 };
 use openraft::{RPCTypes, RaftNetwork, RaftNetworkFactory};
-use rand::rngs::StdRng;
-use rand::{RngExt, SeedableRng};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -39,6 +36,7 @@ use understudy_proto::raft::{RaftReply, RaftRequest};
 
 use understudy_core::{BeatOutcome, LiveKey};
 
+pub use super::links::{InvalidLink, Link, LinkDown, LinkFaults};
 use super::{codec, Batch, Member, NodeId, TypeConfig};
 
 /// The request metadata key that carries the cluster secret.
@@ -49,284 +47,6 @@ pub const SECRET_METADATA: &str = "x-understudy-secret";
 /// append that would exceed it is split by openraft (see
 /// [`RPCError::PayloadTooLarge`]).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
-
-// ---------------------------------------------------------------------------
-// Link faults
-
-/// The faults of one directed link, from one node to another. The default
-/// is a perfect link.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Link {
-    /// Partitioned: a message on this link fails as unreachable at once.
-    pub cut: bool,
-    /// One-way latency added to every message on this link.
-    pub delay: Duration,
-    /// Probability in `[0, 1]` that an RPC sent over this link is lost; a
-    /// lost RPC fails as unreachable after its delay.
-    pub loss: f64,
-}
-
-impl Link {
-    fn is_perfect(&self) -> bool {
-        *self == Self::default()
-    }
-}
-
-/// A link setting that cannot be applied.
-#[derive(Debug, Clone, PartialEq, Error)]
-pub enum InvalidLink {
-    /// The loss is not a probability.
-    #[error("loss {loss} on link {from}->{to} is not a probability between 0 and 1")]
-    Loss {
-        /// The link's sender.
-        from: NodeId,
-        /// The link's receiver.
-        to: NodeId,
-        /// The value given.
-        loss: f64,
-    },
-}
-
-/// Why a message did not get through a link.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum LinkDown {
-    /// The link is cut.
-    #[error("link {from}->{to} is cut")]
-    Cut {
-        /// The sender.
-        from: NodeId,
-        /// The receiver.
-        to: NodeId,
-    },
-    /// The message was lost.
-    #[error("an RPC on link {from}->{to} was lost")]
-    Lost {
-        /// The sender.
-        from: NodeId,
-        /// The receiver.
-        to: NodeId,
-    },
-}
-
-/// The injected faults of every directed link, shared by all clones and
-/// changeable at run time (the admin API and chaos scenarios change them
-/// while raft runs).
-///
-/// An RPC from `a` to `b` travels the link `a->b` and its answer travels
-/// `b->a`: the request fails at once if `a->b` is cut, waits the delay of
-/// `a->b`, is lost with the loss probability of `a->b` (one draw per RPC),
-/// and, once answered, waits the delay of `b->a` and is lost if `b->a` is
-/// cut by then. The helpers that act on a pair of nodes set both
-/// directions, so a symmetric link with delay `d` gives a round trip of
-/// `2 d`.
-///
-/// Loss draws are reproducible: each directed link has its own RNG seeded
-/// from the seed given to [`LinkFaults::new`] and the link, so the n-th
-/// lossy RPC on a link is lost or not whatever happens on other links.
-#[derive(Clone)]
-pub struct LinkFaults {
-    shared: Arc<Mutex<Faults>>,
-}
-
-struct Faults {
-    seed: u64,
-    /// Only imperfect links are stored.
-    links: HashMap<(NodeId, NodeId), Link>,
-    /// Kept when a link is cleared, so a replay that sets and clears links
-    /// in the same order draws the same losses.
-    rngs: HashMap<(NodeId, NodeId), StdRng>,
-}
-
-impl fmt::Debug for LinkFaults {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LinkFaults")
-            .field("seed", &self.lock().seed)
-            .field("links", &self.links())
-            .finish()
-    }
-}
-
-impl LinkFaults {
-    /// A perfect network whose future loss draws follow `seed`.
-    pub fn new(seed: u64) -> Self {
-        Self {
-            shared: Arc::new(Mutex::new(Faults {
-                seed,
-                links: HashMap::new(),
-                rngs: HashMap::new(),
-            })),
-        }
-    }
-
-    /// The seed the loss draws follow (print it when a test fails).
-    pub fn seed(&self) -> u64 {
-        self.lock().seed
-    }
-
-    /// Sets the faults of the link `from->to`.
-    pub fn set(&self, from: NodeId, to: NodeId, link: Link) -> Result<(), InvalidLink> {
-        if !(0.0..=1.0).contains(&link.loss) {
-            return Err(InvalidLink::Loss {
-                from,
-                to,
-                loss: link.loss,
-            });
-        }
-        let mut faults = self.lock();
-        if link.is_perfect() {
-            faults.links.remove(&(from, to));
-        } else {
-            faults.links.insert((from, to), link);
-        }
-        Ok(())
-    }
-
-    /// Sets the same faults on `a->b` and `b->a`.
-    pub fn set_both(&self, a: NodeId, b: NodeId, link: Link) -> Result<(), InvalidLink> {
-        self.set(a, b, link)?;
-        self.set(b, a, link)
-    }
-
-    /// Makes the link `from->to` perfect.
-    pub fn clear(&self, from: NodeId, to: NodeId) {
-        self.lock().links.remove(&(from, to));
-    }
-
-    /// The faults of the link `from->to`.
-    pub fn link(&self, from: NodeId, to: NodeId) -> Link {
-        self.lock().link(from, to)
-    }
-
-    /// Every imperfect link as `(from, to, faults)`, sorted by link.
-    pub fn links(&self) -> Vec<(NodeId, NodeId, Link)> {
-        let mut links: Vec<_> = self
-            .lock()
-            .links
-            .iter()
-            .map(|(&(from, to), &link)| (from, to, link))
-            .collect();
-        links.sort_by_key(|&(from, to, _)| (from, to));
-        links
-    }
-
-    /// Partitions `a` and `b` in both directions, keeping their delay and
-    /// loss for when the cut heals.
-    pub fn cut(&self, a: NodeId, b: NodeId) {
-        let mut faults = self.lock();
-        for link in [(a, b), (b, a)] {
-            faults.links.entry(link).or_default().cut = true;
-        }
-    }
-
-    /// Removes the cut between `a` and `b` in both directions; their delay
-    /// and loss stay.
-    pub fn heal(&self, a: NodeId, b: NodeId) {
-        let mut faults = self.lock();
-        for link in [(a, b), (b, a)] {
-            faults.uncut(link);
-        }
-    }
-
-    /// Removes every cut; delays and losses stay.
-    pub fn heal_all(&self) {
-        let mut faults = self.lock();
-        let cut: Vec<_> = faults.links.keys().copied().collect();
-        for link in cut {
-            faults.uncut(link);
-        }
-    }
-
-    /// Makes every link perfect.
-    pub fn clear_all(&self) {
-        self.lock().links.clear();
-    }
-
-    /// Carries one RPC from `from` to `to` through the faults (see the
-    /// type's documentation): `call` is the RPC itself and is not started
-    /// unless the request gets through.
-    pub async fn carry<F: Future>(
-        &self,
-        from: NodeId,
-        to: NodeId,
-        call: F,
-    ) -> Result<F::Output, LinkDown> {
-        let (delay, lost) = self.lock().send(from, to)?;
-        sleep(delay).await;
-        if lost {
-            return Err(LinkDown::Lost { from, to });
-        }
-        // A cut made while the request was in flight drops it too.
-        self.admits(from, to)?;
-        let answer = call.await;
-        sleep(self.link(to, from).delay).await;
-        self.admits(to, from)?;
-        Ok(answer)
-    }
-
-    /// Whether a message on `from->to` may be received now: only the cut
-    /// counts, so a receiver can refuse a partitioned peer without
-    /// charging the delay and loss the sender already applied.
-    pub fn admits(&self, from: NodeId, to: NodeId) -> Result<(), LinkDown> {
-        if self.link(from, to).cut {
-            Err(LinkDown::Cut { from, to })
-        } else {
-            Ok(())
-        }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Faults> {
-        // The guard is never held across a panic point that leaves the
-        // maps half-changed, so a poisoned lock still holds valid faults.
-        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl Faults {
-    fn link(&self, from: NodeId, to: NodeId) -> Link {
-        self.links.get(&(from, to)).copied().unwrap_or_default()
-    }
-
-    fn uncut(&mut self, link: (NodeId, NodeId)) {
-        if let Some(faults) = self.links.get_mut(&link) {
-            faults.cut = false;
-            if faults.is_perfect() {
-                self.links.remove(&link);
-            }
-        }
-    }
-
-    /// The request leg: refused at once if cut, else its delay and whether
-    /// it is lost. Draws only on lossy links, so a perfect link never
-    /// consumes randomness.
-    fn send(&mut self, from: NodeId, to: NodeId) -> Result<(Duration, bool), LinkDown> {
-        let link = self.link(from, to);
-        if link.cut {
-            return Err(LinkDown::Cut { from, to });
-        }
-        let lost = link.loss > 0.0 && {
-            let seed = self.seed;
-            let rng = self
-                .rngs
-                .entry((from, to))
-                .or_insert_with(|| StdRng::seed_from_u64(link_seed(seed, from, to)));
-            rng.random::<f64>() < link.loss
-        };
-        Ok((link.delay, lost))
-    }
-}
-
-/// A per-link seed: distinct links get unrelated streams from one seed.
-fn link_seed(seed: u64, from: NodeId, to: NodeId) -> u64 {
-    seed ^ from.wrapping_mul(0x9e37_79b9_7f4a_7c15)
-        ^ to.rotate_left(32).wrapping_mul(0xc2b2_ae3d_27d4_eb4f)
-}
-
-async fn sleep(delay: Duration) {
-    // A zero sleep still registers a timer and yields; perfect links skip it.
-    if !delay.is_zero() {
-        tokio::time::sleep(delay).await;
-    }
-}
 
 // ---------------------------------------------------------------------------
 // The cluster secret
@@ -441,6 +161,17 @@ struct Shared {
     channels: Mutex<HashMap<NodeId, (String, Channel)>>,
     contacts: Contacts,
     beats: Beats,
+    admin: Admin,
+}
+
+/// The admin handler, once the node has set it.
+#[derive(Clone, Default)]
+struct Admin(Arc<std::sync::OnceLock<AdminHandler>>);
+
+impl fmt::Debug for Admin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Admin(..)")
+    }
 }
 
 /// Why a forwarded batch was not committed.
@@ -490,7 +221,37 @@ enum Rpc {
     InstallSnapshot,
     Forward,
     Beat,
+    Admin,
 }
+
+/// An out-of-band administrative request between nodes: not subject to
+/// the link faults, so an operator can see and heal a partitioned node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum AdminRequest {
+    /// The receiver's status.
+    Status,
+    /// Replace the receiver's fault model.
+    SetFaults(super::links::FaultState),
+    /// Are you there? The one admin request that travels through the
+    /// link faults: it measures reachability (see [`super::gate`]).
+    Ping,
+}
+
+/// The answer to an [`AdminRequest`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum AdminReply {
+    /// The receiver's status.
+    Status(Box<super::NodeStatus>),
+    /// The fault model now in force at the receiver.
+    Faults(super::links::FaultState),
+    /// The request was refused, and why.
+    Refused(String),
+    /// The answer to a ping.
+    Pong,
+}
+
+/// Answers admin requests sent to this node.
+pub type AdminHandler = Arc<dyn Fn(AdminRequest) -> AdminReply + Send + Sync>;
 
 /// Answers beats forwarded to this node.
 pub type BeatHandler = Arc<dyn Fn(&LiveKey) -> BeatOutcome + Send + Sync>;
@@ -533,6 +294,7 @@ impl Network {
                 channels: Mutex::new(HashMap::new()),
                 contacts: Contacts::default(),
                 beats: Beats::default(),
+                admin: Admin::default(),
             }),
         }
     }
@@ -558,6 +320,43 @@ impl Network {
             .await
             .map_err(|e| e.to_string())?;
         codec::decode(&reply).map_err(|e| e.to_string())
+    }
+
+    /// Sets how this node answers admin requests (once).
+    pub fn on_admin(&self, handler: AdminHandler) {
+        let _ = self.shared.admin.0.set(handler);
+    }
+
+    /// Sends `request` to `target` (at `member`) out of band.
+    pub async fn admin(
+        &self,
+        target: NodeId,
+        member: &Member,
+        request: &AdminRequest,
+        timeout: Duration,
+    ) -> Result<AdminReply, String> {
+        let payload = serde_json::to_vec(request).map_err(|e| e.to_string())?;
+        let reply = self
+            .exchange(target, member, Rpc::Admin, payload, timeout, false)
+            .await
+            .map_err(|e| e.to_string())?;
+        serde_json::from_slice(&reply).map_err(|e| e.to_string())
+    }
+
+    /// Pings `target` through the link faults; an answer counts as
+    /// contact.
+    pub async fn ping(
+        &self,
+        target: NodeId,
+        member: &Member,
+        timeout: Duration,
+    ) -> Result<AdminReply, String> {
+        let payload = serde_json::to_vec(&AdminRequest::Ping).map_err(|e| e.to_string())?;
+        let reply = self
+            .exchange(target, member, Rpc::Admin, payload, timeout, true)
+            .await
+            .map_err(|e| e.to_string())?;
+        serde_json::from_slice(&reply).map_err(|e| e.to_string())
     }
 
     /// This node's id.
@@ -643,6 +442,35 @@ impl Network {
         payload: Vec<u8>,
         timeout: Duration,
     ) -> Result<Vec<u8>, CallError> {
+        self.exchange(target, member, rpc, payload, timeout, true)
+            .await
+    }
+
+    /// Delivers an append the relay ([`super::relay`]) has already carried
+    /// through the link's delay and loss, and ignores the answer: the
+    /// leader's own replication stays the only one that counts.
+    pub(crate) async fn deliver_append(
+        &self,
+        target: NodeId,
+        member: &Member,
+        payload: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<(), String> {
+        self.exchange(target, member, Rpc::AppendEntries, payload, timeout, false)
+            .await
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+
+    async fn exchange(
+        &self,
+        target: NodeId,
+        member: &Member,
+        rpc: Rpc,
+        payload: Vec<u8>,
+        timeout: Duration,
+        through_faults: bool,
+    ) -> Result<Vec<u8>, CallError> {
         let from = self.shared.node_id;
         let channel = self.channel(target, member)?;
         let mut request = tonic::Request::new(RaftRequest {
@@ -667,9 +495,28 @@ impl Network {
                 Rpc::InstallSnapshot => client.install_snapshot(request).await,
                 Rpc::Forward => client.forward(request).await,
                 Rpc::Beat => client.beat(request).await,
+                Rpc::Admin => client.admin(request).await,
             }
         };
-        let carried = self.shared.faults.carry(from, target, send);
+        // Injected latency is the network's, not the peer's slowness: it
+        // does not count against raft's RPC timeout (openraft times an
+        // append by the heartbeat interval, shorter than a slow DC link).
+        let timeout = if through_faults {
+            let (there, back) = (
+                self.shared.faults.link(from, target),
+                self.shared.faults.link(target, from),
+            );
+            timeout + there.delay + there.jitter + back.delay + back.jitter
+        } else {
+            timeout
+        };
+        let carried = async {
+            if through_faults {
+                self.shared.faults.carry(from, target, send).await
+            } else {
+                Ok(send.await)
+            }
+        };
         match tokio::time::timeout(timeout, carried).await {
             Err(_) => Err(CallError::TimedOut(timeout)),
             Ok(Err(down)) => Err(CallError::Link(down)),
@@ -853,6 +700,7 @@ pub struct RaftService {
     secret: Option<ClusterSecret>,
     contacts: Contacts,
     beats: Beats,
+    admin: Admin,
 }
 
 impl fmt::Debug for RaftService {
@@ -879,6 +727,7 @@ pub fn service(raft: super::Raft, network: &Network) -> RaftServer<RaftService> 
         secret: shared.options.secret.clone(),
         contacts: shared.contacts.clone(),
         beats: shared.beats.clone(),
+        admin: shared.admin.clone(),
     })
     .max_decoding_message_size(MAX_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_MESSAGE_BYTES)
@@ -890,6 +739,19 @@ impl RaftService {
     /// Checks the secret, the link and the addressee, in that order, and
     /// hands back the request.
     fn admit(&self, request: tonic::Request<RaftRequest>) -> Result<RaftRequest, Status> {
+        let request = self.admit_out_of_band(request)?;
+        self.faults
+            .admits(request.from, self.node_id)
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        self.contacts.heard(request.from);
+        Ok(request)
+    }
+
+    /// Checks the secret and the addressee, not the link.
+    fn admit_out_of_band(
+        &self,
+        request: tonic::Request<RaftRequest>,
+    ) -> Result<RaftRequest, Status> {
         if let Some(secret) = &self.secret {
             if !secret.is_in(request.metadata()) {
                 return Err(Status::unauthenticated(format!(
@@ -898,9 +760,6 @@ impl RaftService {
             }
         }
         let request = request.into_inner();
-        self.faults
-            .admits(request.from, self.node_id)
-            .map_err(|e| Status::unavailable(e.to_string()))?;
         if request.to != self.node_id {
             // A stale address: the sender must not mistake us for its target.
             return Err(Status::failed_precondition(format!(
@@ -908,7 +767,6 @@ impl RaftService {
                 self.node_id, request.to
             )));
         }
-        self.contacts.heard(request.from);
         Ok(request)
     }
 }
@@ -957,6 +815,28 @@ impl RaftRpc for RaftService {
         reply(&handler(&key))
     }
 
+    async fn admin(&self, request: tonic::Request<RaftRequest>) -> Answer {
+        let request = self.admit_out_of_band(request)?;
+        let admin: AdminRequest = serde_json::from_slice(&request.payload)
+            .map_err(|e| Status::invalid_argument(format!("admin request: {e}")))?;
+        if admin == AdminRequest::Ping {
+            self.faults
+                .admits(request.from, self.node_id)
+                .map_err(|e| Status::unavailable(e.to_string()))?;
+            self.contacts.heard(request.from);
+            let pong = serde_json::to_vec(&AdminReply::Pong)
+                .map_err(|e| Status::internal(format!("could not encode the answer: {e}")))?;
+            return Ok(tonic::Response::new(RaftReply { payload: pong }));
+        }
+        let handler =
+            self.admin.0.get().ok_or_else(|| {
+                Status::unavailable("this node is not serving admin requests yet")
+            })?;
+        let answer = serde_json::to_vec(&handler(admin))
+            .map_err(|e| Status::internal(format!("could not encode the answer: {e}")))?;
+        Ok(tonic::Response::new(RaftReply { payload: answer }))
+    }
+
     async fn forward(&self, request: tonic::Request<RaftRequest>) -> Answer {
         let request = self.admit(request)?;
         let batch: Batch = decode(&request.payload, "forwarded batch")?;
@@ -985,183 +865,9 @@ mod tests {
     use super::*;
 
     use std::collections::BTreeMap;
-    use std::sync::atomic::{AtomicUsize, Ordering};
 
     use openraft::{Config, Vote};
     use tokio::time::Instant;
-
-    const MS: Duration = Duration::from_millis(1);
-    /// Far longer than any test step takes.
-    const LONG: Duration = Duration::from_secs(5);
-
-    fn delayed(delay: Duration) -> Link {
-        Link {
-            delay,
-            ..Link::default()
-        }
-    }
-
-    fn lossy(loss: f64) -> Link {
-        Link {
-            loss,
-            ..Link::default()
-        }
-    }
-
-    // The server crate has no tokio `test-util`, so these run on real time:
-    // delays are asserted as lower bounds, and "at once" as far below a
-    // delay too long to be mistaken for it.
-
-    #[tokio::test]
-    async fn a_cut_fails_both_directions_at_once_without_running_the_call_and_heals() {
-        let faults = LinkFaults::new(1);
-        faults.set_both(1, 2, delayed(LONG)).unwrap();
-        faults.cut(1, 2);
-        let runs = AtomicUsize::new(0);
-        let start = Instant::now();
-        for (from, to) in [(1, 2), (2, 1)] {
-            let result = faults
-                .carry(from, to, async { runs.fetch_add(1, Ordering::SeqCst) })
-                .await;
-            assert_eq!(result, Err(LinkDown::Cut { from, to }));
-        }
-        assert!(start.elapsed() < LONG / 2, "{:?}", start.elapsed());
-        assert_eq!(runs.load(Ordering::SeqCst), 0);
-        assert!(
-            faults.carry(1, 3, async {}).await.is_ok(),
-            "other links unaffected"
-        );
-
-        faults.heal(2, 1);
-        assert_eq!(
-            faults.link(1, 2),
-            delayed(LONG),
-            "the delay outlives the cut"
-        );
-        assert!(faults.admits(1, 2).is_ok() && faults.admits(2, 1).is_ok());
-        faults.clear(1, 2);
-
-        faults.cut(1, 2);
-        faults.cut(3, 4);
-        faults.heal_all();
-        assert_eq!(
-            faults.links(),
-            vec![(2, 1, delayed(LONG))],
-            "cut-only links vanish"
-        );
-        faults.clear_all();
-        assert!(faults.links().is_empty());
-    }
-
-    #[tokio::test]
-    async fn the_request_waits_its_link_delay_and_the_answer_the_reverse_one() {
-        let faults = LinkFaults::new(1);
-        faults.set(1, 2, delayed(40 * MS)).unwrap();
-        faults.set(2, 1, delayed(10 * MS)).unwrap();
-        let start = Instant::now();
-        let ran_at = faults.carry(1, 2, async { Instant::now() }).await.unwrap();
-        let answered = start.elapsed();
-        assert!(ran_at - start >= 40 * MS, "ran after {:?}", ran_at - start);
-        assert!(
-            answered >= (ran_at - start) + 10 * MS,
-            "answered after {answered:?}"
-        );
-        assert!(answered < LONG, "answered after {answered:?}");
-    }
-
-    #[tokio::test]
-    async fn a_lost_rpc_fails_after_its_delay_and_a_cut_in_flight_drops_it() {
-        let faults = LinkFaults::new(1);
-        faults
-            .set(
-                1,
-                2,
-                Link {
-                    delay: 40 * MS,
-                    loss: 1.0,
-                    cut: false,
-                },
-            )
-            .unwrap();
-        let start = Instant::now();
-        let lost = faults.carry(1, 2, async { unreachable!("lost") }).await;
-        assert_eq!(lost, Err::<(), _>(LinkDown::Lost { from: 1, to: 2 }));
-        assert!(start.elapsed() >= 40 * MS, "{:?}", start.elapsed());
-
-        faults.set(1, 2, delayed(40 * MS)).unwrap();
-        let runs = AtomicUsize::new(0);
-        // `join` polls in order: the request is in flight when the cut lands.
-        let (in_flight, ()) = tokio::join!(
-            faults.carry(1, 2, async { runs.fetch_add(1, Ordering::SeqCst) }),
-            async { faults.cut(1, 2) }
-        );
-        assert_eq!(in_flight, Err(LinkDown::Cut { from: 1, to: 2 }));
-        assert_eq!(runs.load(Ordering::SeqCst), 0);
-    }
-
-    #[tokio::test]
-    async fn a_one_way_cut_loses_the_answer_after_the_call_ran() {
-        let faults = LinkFaults::new(1);
-        faults
-            .set(
-                2,
-                1,
-                Link {
-                    cut: true,
-                    ..Link::default()
-                },
-            )
-            .unwrap();
-        let runs = AtomicUsize::new(0);
-        let result = faults
-            .carry(1, 2, async { runs.fetch_add(1, Ordering::SeqCst) })
-            .await;
-        assert_eq!(result, Err(LinkDown::Cut { from: 2, to: 1 }));
-        assert_eq!(runs.load(Ordering::SeqCst), 1);
-        assert!(faults.admits(1, 2).is_ok());
-        assert!(faults.admits(2, 1).is_err());
-    }
-
-    async fn losses(faults: &LinkFaults, from: NodeId, to: NodeId, n: usize) -> Vec<bool> {
-        let mut lost = Vec::with_capacity(n);
-        for _ in 0..n {
-            lost.push(faults.carry(from, to, async {}).await.is_err());
-        }
-        lost
-    }
-
-    #[tokio::test]
-    async fn seeded_loss_replays_and_does_not_depend_on_other_links() {
-        let a = LinkFaults::new(7);
-        let b = LinkFaults::new(7);
-        for faults in [&a, &b] {
-            faults.set(1, 2, lossy(0.3)).unwrap();
-            faults.set(1, 3, lossy(0.5)).unwrap();
-        }
-        let first = losses(&a, 1, 2, 200).await;
-        // Traffic on another lossy link in between must not shift the draws.
-        let _ = losses(&b, 1, 3, 37).await;
-        let again = losses(&b, 1, 2, 200).await;
-        assert_eq!(first, again, "seed {}", a.seed());
-        let lost = first.iter().filter(|&&l| l).count();
-        assert!((30..=90).contains(&lost), "lost {lost} of 200 at 30%");
-
-        let other = LinkFaults::new(8);
-        other.set(1, 2, lossy(0.3)).unwrap();
-        assert_ne!(losses(&other, 1, 2, 200).await, first);
-    }
-
-    #[test]
-    fn a_loss_that_is_not_a_probability_is_refused_by_value() {
-        let faults = LinkFaults::new(1);
-        for loss in [-0.1, 1.5, f64::NAN] {
-            assert!(matches!(
-                faults.set(1, 2, lossy(loss)),
-                Err(InvalidLink::Loss { from: 1, to: 2, .. })
-            ));
-        }
-        assert!(faults.links().is_empty());
-    }
 
     #[test]
     fn a_secret_must_be_visible_ascii_and_never_prints() {
@@ -1428,6 +1134,7 @@ mod tests {
             origin: 2,
             seq: 1,
             commands: Vec::new(),
+            stamp_ms: 0,
         }
     }
 
@@ -1461,6 +1168,7 @@ mod tests {
             secret: Some(secret),
             contacts: Contacts::default(),
             beats: Beats::default(),
+            admin: Admin::default(),
         };
         for wrong in [None, Some("wrong"), Some("righ")] {
             let status = svc
@@ -1504,6 +1212,7 @@ mod tests {
             secret: None,
             contacts: Contacts::default(),
             beats: Beats::default(),
+            admin: Admin::default(),
         };
         let garbage = || vec![codec::FORMAT, 0xff, 0xff, 0xff];
         let answers = [

@@ -273,6 +273,7 @@ pub struct StateMachine {
     current: Arc<Mutex<Option<StoredSnapshot>>>,
     snapshots_built: u64,
     disk: Option<Disk>,
+    view: Option<crate::view::View>,
 }
 
 impl StateMachine {
@@ -289,7 +290,15 @@ impl StateMachine {
             current: Arc::new(Mutex::new(None)),
             snapshots_built: 0,
             disk: None,
+            view: None,
         }
+    }
+
+    /// Feeds `view` with the stamps of applied entries, holding them back
+    /// by its DC's apply delay.
+    pub fn with_view(mut self, view: crate::view::View) -> Self {
+        self.view = Some(view);
+        self
     }
 
     /// Keeps every snapshot on `disk`, and starts from `snapshot` (the one
@@ -366,12 +375,22 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             match entry.payload {
                 EntryPayload::Blank => answers.push(BatchApplied::default()),
                 EntryPayload::Normal(batch) => {
-                    let results = self.state.apply(&batch.commands, self.clock.now());
-                    answers.push(BatchApplied {
-                        commands: results.len(),
-                    });
-                    if batch.origin == self.node_id {
-                        self.waiters.deliver(batch.seq, results);
+                    if let Some(view) = &self.view {
+                        view.admit(batch.stamp_ms).await;
+                    }
+                    if batch.is_tick() {
+                        answers.push(BatchApplied::default());
+                    } else {
+                        let results = self.state.apply(&batch.commands, self.clock.now());
+                        answers.push(BatchApplied {
+                            commands: results.len(),
+                        });
+                        if batch.origin == self.node_id {
+                            self.waiters.deliver(batch.seq, results);
+                        }
+                    }
+                    if let Some(view) = &self.view {
+                        view.applied(batch.stamp_ms, &batch.commands);
                     }
                 }
                 EntryPayload::Membership(m) => {
@@ -484,6 +503,7 @@ mod tests {
                 origin: 1,
                 seq: index,
                 commands,
+                stamp_ms: 0,
             })),
         }
     }

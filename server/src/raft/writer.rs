@@ -178,6 +178,7 @@ impl Proposer {
             origin: self.node_id,
             seq,
             commands,
+            stamp_ms: crate::view::wall_ms(),
         });
         let applied = self.waiters.register(seq);
         let outcome = match self.submit(&batch).await {

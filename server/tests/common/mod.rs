@@ -71,9 +71,11 @@ impl Picker {
     }
 }
 
-/// Starts `n` nodes (ids 1..=n) as one cluster, with short raft timings
-/// and `extra` arguments for every node.
-pub(crate) fn start(n: u64, extra: &[&str]) -> Vec<Proc> {
+/// Starts one node per entry of `dcs` (ids 1, 2, ...) as one cluster,
+/// each labelled with its DC and knowing its peers' DCs, with short raft
+/// timings and `extra` arguments for every node.
+pub(crate) fn start(dcs: &[&str], extra: &[&str]) -> Vec<Proc> {
+    let n = dcs.len() as u64;
     let mut picker = Picker(BTreeSet::new());
     let layout: Vec<(u16, u16, u16)> = (0..n)
         .map(|_| {
@@ -91,6 +93,8 @@ pub(crate) fn start(n: u64, extra: &[&str]) -> Vec<Proc> {
                 }
             }
             command.args([
+                "--dc",
+                dcs[(id - 1) as usize],
                 "--node-id",
                 &id.to_string(),
                 "--http-port",
@@ -113,7 +117,11 @@ pub(crate) fn start(n: u64, extra: &[&str]) -> Vec<Proc> {
             for peer in (1..=n).filter(|p| *p != id) {
                 command.args([
                     "--peer",
-                    &format!("{peer}=127.0.0.1:{}", layout[(peer - 1) as usize].2),
+                    &format!(
+                        "{peer}=127.0.0.1:{}@{}",
+                        layout[(peer - 1) as usize].2,
+                        dcs[(peer - 1) as usize]
+                    ),
                 ]);
             }
             let child = command

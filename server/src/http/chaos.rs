@@ -1,0 +1,277 @@
+//! The chaos admin API: read and change the fault model at run time.
+//! Every change is made on the node asked and handed to every other member
+//! out of band (so a partition can always be healed through any node);
+//! the answer is the model now in force, the members that could not be
+//! told, and warnings about settings raft cannot live with.
+//!
+//! - `GET /understudy/v1/chaos`: the model.
+//! - `PUT /understudy/v1/chaos`: replace it with a JSON body of the same
+//!   shape.
+//! - `POST /understudy/v1/chaos/links?link=hz-sh=40ms~10ms,loss=1%`: set
+//!   DC links (several separated by `;`; `perfect` clears one).
+//! - `POST /understudy/v1/chaos/partition?a=hz&b=sh`, and
+//!   `POST /understudy/v1/chaos/heal[?a=hz&b=sh]`: cut and heal DCs (a heal
+//!   without DCs removes every cut and resumes paused nodes).
+//! - `POST /understudy/v1/chaos/apply-delay?dc=sh&delay=500ms`.
+//! - `POST /understudy/v1/chaos/push?dc=sh&delay=100ms&drop=10%`.
+//! - `POST /understudy/v1/chaos/pause?node=3`, `.../resume?node=3`.
+//! - `GET /understudy/v1/cluster/nodes`: every member's DC, role, applied
+//!   index and revision, view lag and register-to-visible delays.
+//!
+//! With a cluster secret, every call needs it in `x-understudy-secret`.
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use super::error::ApiError;
+use super::ops::check_secret;
+use super::params::Params;
+use crate::raft::links::{parse_duration, parse_faults, DcLink, FaultState, LinkSpec, PushFault};
+use crate::Node;
+
+type Input = Result<Params, ApiError>;
+
+/// `GET /understudy/v1/chaos`.
+pub(crate) async fn show(State(node): State<Node>, headers: axum::http::HeaderMap) -> Response {
+    match check_secret(&node, &headers) {
+        Ok(()) => Json(answer(&node, Vec::new())).into_response(),
+        Err(e) => e.v2(),
+    }
+}
+
+/// `PUT /understudy/v1/chaos` with a JSON body.
+pub(crate) async fn replace(
+    State(node): State<Node>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let state = check_secret(&node, &headers).and_then(|()| {
+        serde_json::from_slice::<FaultState>(&body)
+            .map_err(|e| ApiError::invalid("body", e.to_string()))
+    });
+    match state {
+        Ok(state) => apply(&node, state).await,
+        Err(e) => e.v2(),
+    }
+}
+
+/// `POST /understudy/v1/chaos/links?link=SPEC[;SPEC...]`.
+pub(crate) async fn links(
+    State(node): State<Node>,
+    headers: axum::http::HeaderMap,
+    params: Input,
+) -> Response {
+    change(&node, &headers, params, |p, state| {
+        let text = p.required("link")?;
+        for spec in text.split(';').filter(|s| !s.trim().is_empty()) {
+            let spec: LinkSpec = spec.parse().map_err(|e: crate::raft::links::InvalidLink| {
+                ApiError::invalid("link", e.to_string())
+            })?;
+            set_link(state, &spec.from, &spec.to, spec.link);
+            if spec.both {
+                set_link(state, &spec.to, &spec.from, spec.link);
+            }
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// `POST /understudy/v1/chaos/partition?a=&b=`.
+pub(crate) async fn partition(
+    State(node): State<Node>,
+    headers: axum::http::HeaderMap,
+    params: Input,
+) -> Response {
+    change(&node, &headers, params, |p, state| {
+        let (a, b) = (p.required("a")?.to_owned(), p.required("b")?.to_owned());
+        if a == b {
+            return Err(ApiError::invalid("b", "must name another DC than a"));
+        }
+        for (from, to) in [(&a, &b), (&b, &a)] {
+            let mut link = current(state, from, to);
+            link.cut = true;
+            set_link(state, from, to, link);
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// `POST /understudy/v1/chaos/heal[?a=&b=]`.
+pub(crate) async fn heal(
+    State(node): State<Node>,
+    headers: axum::http::HeaderMap,
+    params: Input,
+) -> Response {
+    change(&node, &headers, params, |p, state| {
+        match (p.get("a"), p.get("b")) {
+            (Some(a), Some(b)) => {
+                for (from, to) in [(a, b), (b, a)] {
+                    let mut link = current(state, from, to);
+                    link.cut = false;
+                    set_link(state, from, to, link);
+                }
+            }
+            (None, None) => {
+                for link in &mut state.links {
+                    link.link.cut = false;
+                }
+                state.paused.clear();
+            }
+            (Some(_), None) => return Err(ApiError::missing("b")),
+            (None, Some(_)) => return Err(ApiError::missing("a")),
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// `POST /understudy/v1/chaos/apply-delay?dc=&delay=`.
+pub(crate) async fn apply_delay(
+    State(node): State<Node>,
+    headers: axum::http::HeaderMap,
+    params: Input,
+) -> Response {
+    change(&node, &headers, params, |p, state| {
+        let dc = p.required("dc")?.to_owned();
+        let delay =
+            parse_duration(p.required("delay")?).map_err(|why| ApiError::invalid("delay", why))?;
+        state.apply_delays_ms.insert(dc, delay.as_millis() as u64);
+        Ok(())
+    })
+    .await
+}
+
+/// `POST /understudy/v1/chaos/push?dc=&delay=&drop=`.
+pub(crate) async fn push(
+    State(node): State<Node>,
+    headers: axum::http::HeaderMap,
+    params: Input,
+) -> Response {
+    change(&node, &headers, params, |p, state| {
+        let dc = p.required("dc")?.to_owned();
+        let mut fault = PushFault::default();
+        if let Some(delay) = p.get("delay") {
+            fault.delay = parse_duration(delay).map_err(|why| ApiError::invalid("delay", why))?;
+        }
+        if let Some(drop) = p.get("drop") {
+            // The loss syntax, so `10%` and `0.1` both work.
+            fault.drop = parse_faults(&format!("loss={drop}"))
+                .map_err(|why| ApiError::invalid("drop", why))?
+                .loss;
+        }
+        state.push_faults.insert(dc, fault);
+        Ok(())
+    })
+    .await
+}
+
+/// `POST /understudy/v1/chaos/pause?node=`.
+pub(crate) async fn pause(
+    State(node): State<Node>,
+    headers: axum::http::HeaderMap,
+    params: Input,
+) -> Response {
+    change(&node, &headers, params, |p, state| {
+        let id: u64 = p.number("node")?.ok_or_else(|| ApiError::missing("node"))?;
+        if !state.paused.contains(&id) {
+            state.paused.push(id);
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// `POST /understudy/v1/chaos/resume?node=`.
+pub(crate) async fn resume(
+    State(node): State<Node>,
+    headers: axum::http::HeaderMap,
+    params: Input,
+) -> Response {
+    change(&node, &headers, params, |p, state| {
+        let id: u64 = p.number("node")?.ok_or_else(|| ApiError::missing("node"))?;
+        state.paused.retain(|n| *n != id);
+        Ok(())
+    })
+    .await
+}
+
+/// `GET /understudy/v1/cluster/nodes`.
+pub(crate) async fn nodes(State(node): State<Node>) -> Response {
+    let report = node.cluster_report(std::time::Duration::from_secs(1)).await;
+    Json(json!({"nodeId": node.config().node_id, "nodes": report})).into_response()
+}
+
+fn current(state: &FaultState, from: &str, to: &str) -> crate::raft::links::Link {
+    state
+        .links
+        .iter()
+        .find(|l| l.from == from && l.to == to)
+        .map(|l| l.link)
+        .unwrap_or_default()
+}
+
+fn set_link(state: &mut FaultState, from: &str, to: &str, link: crate::raft::links::Link) {
+    state.links.retain(|l| !(l.from == from && l.to == to));
+    state.links.push(DcLink {
+        from: from.to_owned(),
+        to: to.to_owned(),
+        link,
+    });
+}
+
+async fn change(
+    node: &Node,
+    headers: &axum::http::HeaderMap,
+    params: Input,
+    edit: impl FnOnce(&Params, &mut FaultState) -> Result<(), ApiError>,
+) -> Response {
+    let state = check_secret(node, headers).and_then(|()| {
+        let p = params?;
+        let mut state = node.faults().state();
+        edit(&p, &mut state)?;
+        Ok(state)
+    });
+    match state {
+        Ok(state) => apply(node, state).await,
+        Err(e) => e.v2(),
+    }
+}
+
+async fn apply(node: &Node, state: FaultState) -> Response {
+    match node.set_faults(&state).await {
+        Ok(unreached) => {
+            let unreached: Vec<_> = unreached
+                .into_iter()
+                .map(|(id, why)| json!({"node": id, "error": why}))
+                .collect();
+            Json(answer(node, unreached)).into_response()
+        }
+        Err(e) => ApiError::invalid("link", e.to_string()).v2(),
+    }
+}
+
+fn answer(node: &Node, unreached: Vec<serde_json::Value>) -> serde_json::Value {
+    let state = node.faults().state();
+    let heartbeat = node.config().cluster.heartbeat_ms;
+    let warnings: Vec<String> = state
+        .links
+        .iter()
+        .filter_map(|l| {
+            let back = current(&state, &l.to, &l.from);
+            let rtt = (l.link.delay + l.link.jitter + back.delay + back.jitter).as_millis() as u64;
+            (rtt >= heartbeat).then(|| {
+                format!(
+                    "{}->{}: a round trip of up to {rtt} ms is not shorter than raft_heartbeat_ms {heartbeat}; \
+                     openraft gives up on each append after one heartbeat period, so followers across \
+                     this link get only relayed entries and the leader never counts them",
+                    l.from, l.to
+                )
+            })
+        })
+        .collect();
+    json!({"faults": state, "unreached": unreached, "warnings": warnings})
+}

@@ -1,0 +1,262 @@
+//! How fresh a node's read view is. Every log entry carries the wall-clock
+//! time its proposer stamped it with; the leader appends an empty, stamped
+//! tick entry every tick interval ([`run_ticks`]), so freshness means
+//! something on an idle cluster too. A node's view lag is now minus the
+//! newest stamp it has applied; on a caught-up node it stays below one
+//! tick interval plus the link latency. Each applied registration also
+//! gives a register-to-visible delay: apply time minus its stamp.
+//!
+//! A DC's apply delay (part of the fault model) holds each entry back until
+//! its stamp plus the delay, so committed entries reach that DC's view late
+//! while raft itself runs at full speed: asynchronous cross-DC sync.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+use understudy_core::Command;
+
+use crate::raft::links::LinkFaults;
+
+/// Milliseconds since the Unix epoch, the unit of entry stamps.
+pub fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Register-to-visible delays are kept up to this, in microseconds.
+const R2V_MAX_US: u64 = 3_600_000_000;
+
+/// One node's read-view freshness. Shared by the state machine, which
+/// feeds it, and the node, which reports it.
+#[derive(Debug, Clone)]
+pub struct View {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    dc: String,
+    faults: LinkFaults,
+    /// The newest stamp applied here, ms since the epoch; 0 before any.
+    newest: AtomicU64,
+    /// Register-to-visible delays seen here, µs.
+    r2v: Mutex<Histogram<u64>>,
+}
+
+/// A summary of delays, in milliseconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DelaySummary {
+    /// How many were seen.
+    pub count: u64,
+    /// Median.
+    pub p50_ms: f64,
+    /// 99th percentile.
+    pub p99_ms: f64,
+    /// Largest.
+    pub max_ms: f64,
+}
+
+impl DelaySummary {
+    /// The summary of a histogram of microseconds.
+    pub fn of_micros(h: &Histogram<u64>) -> Self {
+        if h.is_empty() {
+            return Self::default();
+        }
+        let ms = |us: u64| us as f64 / 1000.0;
+        Self {
+            count: h.len(),
+            p50_ms: ms(h.value_at_quantile(0.5)),
+            p99_ms: ms(h.value_at_quantile(0.99)),
+            max_ms: ms(h.max()),
+        }
+    }
+}
+
+impl View {
+    /// The view of a node in `dc`, whose apply delay `faults` holds.
+    pub fn new(dc: &str, faults: LinkFaults) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                dc: dc.to_owned(),
+                faults,
+                newest: AtomicU64::new(0),
+                r2v: Mutex::new(
+                    Histogram::new_with_bounds(1, R2V_MAX_US, 2).expect("valid histogram bounds"),
+                ),
+            }),
+        }
+    }
+
+    /// Waits until an entry stamped `stamp_ms` may enter this view: its
+    /// stamp plus this DC's apply delay. No wait without a delay.
+    pub async fn admit(&self, stamp_ms: u64) {
+        let delay = self.inner.faults.apply_delay(&self.inner.dc);
+        if delay.is_zero() || stamp_ms == 0 {
+            return;
+        }
+        let due = stamp_ms + delay.as_millis() as u64;
+        let now = wall_ms();
+        if due > now {
+            tokio::time::sleep(Duration::from_millis(due - now)).await;
+        }
+    }
+
+    /// Records that an entry stamped `stamp_ms` with `commands` entered
+    /// this view now.
+    pub fn applied(&self, stamp_ms: u64, commands: &[Command]) {
+        if stamp_ms == 0 {
+            return;
+        }
+        self.inner.newest.fetch_max(stamp_ms, Ordering::Relaxed);
+        let registrations = commands
+            .iter()
+            .filter(|c| matches!(c.op, understudy_core::Op::Register { .. }))
+            .count() as u64;
+        if registrations > 0 {
+            let delay_us = wall_ms().saturating_sub(stamp_ms) * 1000;
+            let seconds = delay_us as f64 / 1e6;
+            metrics::histogram!("understudy_register_visible_seconds", "dc" => self.inner.dc.clone())
+                .record(seconds);
+            let mut h = self
+                .inner
+                .r2v
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let _ = h.record_n(delay_us.clamp(1, R2V_MAX_US), registrations);
+        }
+    }
+
+    /// How far this view is behind the leader now; `None` before the
+    /// first stamped entry.
+    pub fn lag(&self) -> Option<Duration> {
+        match self.inner.newest.load(Ordering::Relaxed) {
+            0 => None,
+            newest => Some(Duration::from_millis(wall_ms().saturating_sub(newest))),
+        }
+    }
+
+    /// The newest stamp applied here, ms since the epoch (0: none yet).
+    pub fn newest_stamp(&self) -> u64 {
+        self.inner.newest.load(Ordering::Relaxed)
+    }
+
+    /// The register-to-visible delays seen here.
+    pub fn register_to_visible(&self) -> DelaySummary {
+        let h = self
+            .inner
+            .r2v
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        DelaySummary::of_micros(&h)
+    }
+}
+
+/// The leader's tick: an empty entry stamped with the leader's time every
+/// `interval`, appended without waiting for it to be applied. A leader that
+/// has not heard from a majority within two election timeouts skips its
+/// ticks, so a deposed leader cut off from the others does not pile them
+/// up in its log.
+pub async fn run_ticks(
+    raft: crate::raft::Raft,
+    node_id: crate::raft::NodeId,
+    interval: Duration,
+    quorum_window: Duration,
+    cancel: CancellationToken,
+) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        let fresh = {
+            let m = raft.metrics();
+            let m = m.borrow();
+            m.current_leader == Some(node_id)
+                && m.state == openraft::ServerState::Leader
+                && m.millis_since_quorum_ack
+                    .is_some_and(|ms| ms <= quorum_window.as_millis() as u64)
+        };
+        if !fresh {
+            continue;
+        }
+        let tick = crate::raft::Batch::tick(node_id, wall_ms());
+        match raft.client_write_ff(Arc::new(tick)).await {
+            // Nobody needs the answer, but dropping its receiver early makes
+            // openraft warn on every tick.
+            Ok(answer) => drop(tokio::spawn(answer)),
+            Err(e) => {
+                tracing::debug!(error = %e, "tick not appended");
+                return;
+            }
+        }
+    }
+}
+
+/// Keeps the fault model told which DC each member is in, as membership
+/// changes, so DC-level link faults act on new members too.
+pub async fn track_dcs(raft: crate::raft::Raft, faults: LinkFaults, cancel: CancellationToken) {
+    let mut metrics = raft.metrics();
+    loop {
+        {
+            let m = metrics.borrow_and_update();
+            for (id, member) in m.membership_config.membership().nodes() {
+                if !member.dc.is_empty() {
+                    faults.set_dc(*id, &member.dc);
+                }
+            }
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            changed = metrics.changed() => if changed.is_err() { return },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn lag_follows_the_newest_stamp_and_an_apply_delay_holds_entries_back() {
+        let faults = LinkFaults::new(1);
+        let view = View::new("sh", faults.clone());
+        assert_eq!(view.lag(), None);
+        let stamp = wall_ms() - 300;
+        view.applied(stamp, &[]);
+        let lag = view.lag().unwrap();
+        assert!(lag >= Duration::from_millis(300), "{lag:?}");
+        view.applied(stamp - 100, &[]);
+        assert_eq!(
+            view.newest_stamp(),
+            stamp,
+            "an older stamp never winds back"
+        );
+
+        faults.set_apply_delay("sh", Duration::from_millis(200));
+        let start = std::time::Instant::now();
+        view.admit(wall_ms()).await;
+        assert!(
+            start.elapsed() >= Duration::from_millis(190),
+            "{:?}",
+            start.elapsed()
+        );
+        let start = std::time::Instant::now();
+        view.admit(wall_ms() - 1000).await;
+        assert!(start.elapsed() < Duration::from_millis(150), "already due");
+        faults.set_apply_delay("hz", Duration::from_secs(60));
+        let start = std::time::Instant::now();
+        View::new("bj", faults).admit(wall_ms()).await;
+        assert!(
+            start.elapsed() < Duration::from_millis(150),
+            "other DCs unaffected"
+        );
+    }
+}
