@@ -57,6 +57,9 @@ pub trait Propose: Send + Sync + 'static {
     fn propose(&self, command: Command) -> BoxFuture<'_, Result<Applied, ProposeError>>;
 }
 
+/// How a node's history id starts until it learns its cluster's.
+const PROVISIONAL: &str = "provisional-";
+
 /// The applied state of a node: the registry, the liveness tracker fed by
 /// it, and a wake-up for the sweeper when deadlines move.
 #[derive(Debug)]
@@ -71,8 +74,11 @@ pub struct State {
     /// Every applied batch of changes, in revision order, for watches.
     changes: tokio::sync::broadcast::Sender<Arc<[Change]>>,
     /// Identifies this registry's history: a resume token from another
-    /// cluster, or from before an in-memory restart, does not match.
-    cluster_id: String,
+    /// cluster, or from before an in-memory restart, does not match. It
+    /// is provisional (this node's own) until the state machine learns the
+    /// cluster's genesis, the first entry of its log, which every node of
+    /// one cluster shares, so a watcher can resume on any of them.
+    cluster_id: RwLock<Arc<str>>,
 }
 
 impl State {
@@ -86,13 +92,13 @@ impl State {
             config_hub: crate::push::Hub::default(),
             config_changes: tokio::sync::broadcast::channel(4096).0,
             changes: tokio::sync::broadcast::channel(config.watch_buffer).0,
-            cluster_id: format!(
-                "{:x}-{:x}",
+            cluster_id: RwLock::new(Arc::from(format!(
+                "{PROVISIONAL}{:x}-{:x}",
                 std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_nanos()),
                 std::process::id()
-            ),
+            ))),
         }
     }
 
@@ -111,8 +117,25 @@ impl State {
     }
 
     /// This registry's history id.
-    pub(crate) fn cluster_id(&self) -> &str {
-        &self.cluster_id
+    pub(crate) fn cluster_id(&self) -> Arc<str> {
+        self.cluster_id
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Whether the history id is the cluster's, not this node's
+    /// provisional one.
+    pub(crate) fn cluster_known(&self) -> bool {
+        !self.cluster_id().starts_with(PROVISIONAL)
+    }
+
+    /// Sets the history id from the cluster's genesis.
+    pub(crate) fn set_cluster_id(&self, id: &str) {
+        let mut current = self.cluster_id.write().unwrap_or_else(|p| p.into_inner());
+        if &**current != id {
+            *current = Arc::from(id);
+        }
     }
 
     /// The push fan-out of services.
@@ -444,6 +467,26 @@ impl Node {
         &self.inner.view
     }
 
+    /// How far this node's read view is behind the leader: zero for a node
+    /// alone in its cluster (it is the leader; it appends no ticks), else
+    /// now minus the newest stamp applied here.
+    pub fn view_lag(&self) -> Option<std::time::Duration> {
+        let alone = self
+            .raft()
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .nodes()
+            .count()
+            <= 1;
+        if alone {
+            Some(std::time::Duration::ZERO)
+        } else {
+            self.inner.view.lag()
+        }
+    }
+
     /// The fault model this node's transport obeys.
     pub fn faults(&self) -> &crate::raft::links::LinkFaults {
         self.inner.network.faults()
@@ -513,18 +556,23 @@ impl Node {
 
     /// This node's own state.
     pub fn node_status(&self) -> crate::raft::NodeStatus {
-        let status = self.cluster_status();
         crate::raft::NodeStatus {
-            node_id: status.node_id,
-            dc: status.dc,
-            role: status.role,
-            term: status.term,
-            leader: status.leader,
-            last_applied: status.last_applied,
-            revision: status.revision,
-            view_lag_ms: self.inner.view.lag().map(|l| l.as_millis() as u64),
+            cluster: self.cluster_status(),
+            view_lag_ms: self.view_lag().map(|l| l.as_millis() as u64),
             register_to_visible: self.inner.view.register_to_visible(),
         }
+    }
+
+    /// Every member (voters and learners) as this node knows them.
+    pub fn members(&self) -> Vec<(crate::raft::NodeId, crate::raft::Member)> {
+        self.raft()
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .nodes()
+            .map(|(id, m)| (*id, m.clone()))
+            .collect()
     }
 
     /// Every member's status: this node's own, the others' asked out of
@@ -535,15 +583,7 @@ impl Node {
         timeout: std::time::Duration,
     ) -> Vec<crate::raft::NodeReport> {
         use crate::raft::network::{AdminReply, AdminRequest};
-        let members: Vec<(crate::raft::NodeId, crate::raft::Member)> = self
-            .raft()
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .nodes()
-            .map(|(id, m)| (*id, m.clone()))
-            .collect();
+        let members = self.members();
         let asks = members.into_iter().map(|(id, member)| async move {
             let (status, error) = if id == self.inner.config.node_id {
                 (Some(self.node_status()), None)
@@ -577,16 +617,9 @@ impl Node {
     ) -> Result<Vec<(crate::raft::NodeId, String)>, crate::raft::links::InvalidLink> {
         use crate::raft::network::{AdminReply, AdminRequest};
         self.faults().set_state(state)?;
-        let members: Vec<(crate::raft::NodeId, crate::raft::Member)> = self
-            .raft()
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .nodes()
-            .filter(|(id, _)| **id != self.inner.config.node_id)
-            .map(|(id, m)| (*id, m.clone()))
-            .collect();
+        let me = self.inner.config.node_id;
+        let mut members = self.members();
+        members.retain(|(id, _)| *id != me);
         let request = AdminRequest::SetFaults(state.clone());
         let tells = members.into_iter().map(|(id, member)| {
             let request = &request;

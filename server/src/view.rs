@@ -161,7 +161,9 @@ impl View {
 /// `interval`, appended without waiting for it to be applied. A leader that
 /// has not heard from a majority within two election timeouts skips its
 /// ticks, so a deposed leader cut off from the others does not pile them
-/// up in its log.
+/// up in its log; so does a node alone in its cluster, whose view is
+/// never behind (and whose data dir would take ten writes a second for
+/// nothing).
 pub async fn run_ticks(
     raft: crate::raft::Raft,
     node_id: crate::raft::NodeId,
@@ -179,8 +181,10 @@ pub async fn run_ticks(
         let fresh = {
             let m = raft.metrics();
             let m = m.borrow();
+            let membership = m.membership_config.membership();
             m.current_leader == Some(node_id)
                 && m.state == openraft::ServerState::Leader
+                && membership.nodes().count() > 1
                 && m.millis_since_quorum_ack
                     .is_some_and(|ms| ms <= quorum_window.as_millis() as u64)
         };

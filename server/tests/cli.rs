@@ -1,8 +1,12 @@
 //! The `understudy` binary's handling of bad configuration: exit code 64
-//! and a message naming the setting.
+//! and a message naming the setting; and `understudy sim`, which prints
+//! its nodes and serves them.
 
-use std::io::Write;
-use std::process::Command;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 fn understudy() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_understudy"));
@@ -103,4 +107,227 @@ fn a_data_dir_it_cannot_use_stops_the_server_naming_the_file_and_leaves_it_alone
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("understudy.redb"), "{stderr}");
     assert_eq!(std::fs::read(&file).unwrap(), b"not a raft store");
+}
+
+/// A child process killed (and reaped) when dropped, so a failing test
+/// leaves nothing running.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Reads `from` line by line on a thread; the lines arrive on the
+/// receiver, which disconnects at the end of the stream.
+fn lines(from: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(from).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// One row of the sim's node table.
+#[derive(Debug)]
+struct Row {
+    id: u64,
+    dc: String,
+    http: SocketAddr,
+    grpc: SocketAddr,
+    raft: SocketAddr,
+}
+
+fn row(line: &str) -> Row {
+    let columns: Vec<&str> = line.split_whitespace().collect();
+    let [id, dc, http, grpc, raft] = columns[..] else {
+        panic!("not a node row (node, dc, http, grpc, raft): {line:?}");
+    };
+    let addr = |text: &str| -> SocketAddr {
+        text.parse()
+            .unwrap_or_else(|e| panic!("{text:?} in {line:?} is not an address: {e}"))
+    };
+    Row {
+        id: id
+            .parse()
+            .unwrap_or_else(|e| panic!("{id:?} in {line:?} is not a node id: {e}")),
+        dc: dc.to_owned(),
+        http: addr(http),
+        grpc: addr(grpc),
+        raft: addr(raft),
+    }
+}
+
+#[test]
+fn sim_prints_every_node_and_serves_them() {
+    let mut sim = Killed(
+        understudy()
+            .args([
+                "sim",
+                "--dc",
+                "hz=2",
+                "--dc",
+                "sh=1",
+                "--link",
+                "hz-sh=20ms",
+                "--base-port",
+                "0",
+                "--log",
+                "error",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stdout = lines(sim.0.stdout.take().unwrap());
+    let stderr = lines(sim.0.stderr.take().unwrap());
+    let errors = || stderr.try_iter().collect::<Vec<_>>().join("\n");
+
+    // Everything up to the leader line, within a deadline.
+    let within = Duration::from_secs(60);
+    let deadline = Instant::now() + within;
+    let mut printed = Vec::new();
+    let leader = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match stdout.recv_timeout(left) {
+            Ok(line) => {
+                if let Some(id) = line.strip_prefix("leader: node ") {
+                    break id
+                        .trim()
+                        .parse::<u64>()
+                        .unwrap_or_else(|e| panic!("leader line {line:?}: {e}"));
+                }
+                printed.push(line);
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => panic!(
+                "no leader line within {within:?}; stdout so far: {printed:#?}; stderr: {}",
+                errors()
+            ),
+            Err(mpsc::RecvTimeoutError::Disconnected) => panic!(
+                "the sim exited ({:?}) before printing a leader; stdout: {printed:#?}; stderr: {}",
+                sim.0.try_wait(),
+                errors()
+            ),
+        }
+    };
+    println!(
+        "understudy sim printed:\n{}\nleader: node {leader}",
+        printed.join("\n")
+    );
+
+    let header = printed
+        .iter()
+        .position(|l| {
+            l.split_whitespace().collect::<Vec<_>>() == ["node", "dc", "http", "grpc", "raft"]
+        })
+        .unwrap_or_else(|| panic!("no node table header in {printed:#?}"));
+    let rows: Vec<Row> = printed[header + 1..]
+        .iter()
+        .take_while(|l| !l.starts_with("link "))
+        .map(|l| row(l))
+        .collect();
+    let shape: Vec<(u64, &str)> = rows.iter().map(|r| (r.id, r.dc.as_str())).collect();
+    assert_eq!(shape, [(1, "hz"), (2, "hz"), (3, "sh")], "{rows:#?}");
+    for r in &rows {
+        assert_eq!(
+            r.grpc.port(),
+            r.http.port() + 1000,
+            "node {}: gRPC port is not the HTTP port + 1000: {r:?}",
+            r.id
+        );
+        assert!(r.http.port() != 0 && r.raft.port() != 0, "{r:?}");
+    }
+    let links: Vec<&str> = printed[header + 1 + rows.len()..]
+        .iter()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        links,
+        ["link hz->sh=20ms", "link sh->hz=20ms"],
+        "{printed:#?}"
+    );
+    assert!((1..=3).contains(&leader), "leader node {leader}");
+
+    // Node 3 serves the admin API and knows every member and its DC.
+    let url = format!("http://{}/understudy/v1/cluster/nodes", rows[2].http);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (status, body) = runtime.block_on(async {
+        let reply = reqwest::Client::new()
+            .get(&url)
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+        let status = reply.status();
+        (status, reply.text().await.unwrap())
+    });
+    assert!(status.is_success(), "GET {url}: {status} {body}");
+    let json: serde_json::Value =
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {url}: not JSON ({e}): {body}"));
+    assert_eq!(json["nodeId"], 3, "{body}");
+    let members: Vec<(u64, &str)> = json["nodes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no nodes in {body}"))
+        .iter()
+        .map(|n| {
+            (
+                n["id"].as_u64().unwrap_or_default(),
+                n["dc"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(members, [(1, "hz"), (2, "hz"), (3, "sh")], "{body}");
+    assert!(
+        sim.0.try_wait().unwrap().is_none(),
+        "the sim exited: {}",
+        errors()
+    );
+    drop(sim);
+
+    // A DC without a node count is refused, naming the argument.
+    let mut bad = Killed(
+        understudy()
+            .args(["sim", "--dc", "hz", "--base-port", "0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let within = Duration::from_secs(30);
+    let deadline = Instant::now() + within;
+    let status = loop {
+        if let Some(status) = bad.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "`sim --dc hz` did not exit within {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    bad.0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_eq!(status.code(), Some(64), "`sim --dc hz`: {stderr}");
+    assert!(
+        stderr.contains("invalid dc"),
+        "`sim --dc hz`: stderr does not name dc: {stderr}"
+    );
 }

@@ -1,7 +1,9 @@
 //! The multi-DC model end to end, on the in-process simulator: each
 //! node's read-view lag follows its DC's link latency, a DC cut off from
 //! the majority stalls and refuses writes and catches up once healed, and
-//! a DC's apply delay holds its view back while raft runs at full speed.
+//! a DC's apply delay holds its view back while raft runs at full speed,
+//! a DC's push faults delay or drop its subscribers' pushes (dropped ones
+//! are retried), and a paused node falls behind and catches up on resume.
 //!
 //! Every wait has a deadline; lags are sampled on a fixed period over a
 //! measurement window and the numbers are printed (`--nocapture`).
@@ -13,8 +15,9 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use tokio::time::Instant;
 use understudy_server::config::Settings;
-use understudy_server::raft::links::LinkSpec;
+use understudy_server::raft::links::{LinkSpec, PushFault};
 use understudy_server::sim::{heartbeat_for, raft_timings, Sim, SimSpec};
+use understudy_tests::nacos_grpc::RawClient;
 
 /// The leader's tick interval (the server's default `tick_ms`).
 const TICK: Duration = Duration::from_millis(100);
@@ -583,6 +586,362 @@ async fn a_minority_dc_cut_off_past_its_election_timeout_rejoins_without_deposin
             ));
         }
         anyhow::ensure!(failures.is_empty(), "{}", failures.join("; "));
+        Ok(())
+    }
+    .await;
+    sim.stop().await;
+    result
+}
+
+/// A sim of the DCs `dcs` (name, node count) without link faults, every
+/// node with `settings` (`raft_timings` for the raft keys underneath).
+fn spec_of(dcs: &[(&str, u64)], settings: Settings) -> SimSpec {
+    SimSpec {
+        dcs: dcs.iter().map(|(dc, n)| ((*dc).to_owned(), *n)).collect(),
+        links: Vec::new(),
+        apply_delays: BTreeMap::new(),
+        seed: 7,
+        bind: "127.0.0.1".parse().expect("an address"),
+        base_port: 0,
+        settings,
+    }
+}
+
+/// Waits (polling every 5 ms) until `client`'s view of `service` lists
+/// `endpoint`; how long after `since` that was, or `None` past `within`.
+async fn seen_after(
+    client: &RawClient,
+    service: &str,
+    endpoint: &str,
+    since: Instant,
+    within: Duration,
+) -> Option<Duration> {
+    let deadline = since + within;
+    loop {
+        if client
+            .view(service)
+            .is_some_and(|v| v.iter().any(|e| e == endpoint))
+        {
+            return Some(since.elapsed());
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(5 * MS).await;
+    }
+}
+
+/// A push fault on sh acts on sh's subscribers only: a delayed push
+/// arrives no earlier than its delay, a dropped one never arrives while
+/// the fault holds and arrives once it is lifted (the unanswered push
+/// times out and is retried), and hz's subscriber sees every change at
+/// once throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn push_faults_delay_and_drop_a_dcs_pushes_and_dropped_ones_are_retried() -> anyhow::Result<()>
+{
+    let push_timeout = Duration::from_millis(1000);
+    let push_retry = Duration::from_millis(200);
+    let settings = Settings {
+        log: None,
+        push_timeout_ms: Some(push_timeout.as_millis() as u64),
+        push_retry_ms: Some(push_retry.as_millis() as u64),
+        ..raft_timings(heartbeat_for([]))
+    };
+    let sim = Sim::start(&spec_of(&[("hz", 1), ("sh", 1)], settings), START).await?;
+    let result = async {
+        let leader = sim.leader(START).await.map_err(anyhow::Error::msg)?;
+        println!("leader: node {leader}");
+        let (hz, sh) = (sim.nodes()[&1].grpc, sim.nodes()[&2].grpc);
+        let service = "push-faults";
+        let hz_watcher = RawClient::connect(hz, None).await?;
+        let sh_watcher = RawClient::connect(sh, None).await?;
+        for watcher in [&hz_watcher, &sh_watcher] {
+            watcher.subscribe(service).await?;
+            anyhow::ensure!(
+                watcher.view(service) == Some(vec![]),
+                "the service is not empty before any registration: {:?}",
+                watcher.view(service)
+            );
+        }
+        let quick = Duration::from_millis(300);
+
+        // A delay: sh's push waits it out, hz's does not.
+        let delay = Duration::from_millis(500);
+        sim.faults()
+            .set_push_fault("sh", PushFault { delay, drop: 0.0 })?;
+        let first = RawClient::connect(hz, None).await?;
+        first.register(service, "10.0.0.1", 8080).await?;
+        let acked = Instant::now();
+        let endpoint = "10.0.0.1:8080";
+        let (on_hz, on_sh) = tokio::join!(
+            seen_after(
+                &hz_watcher,
+                service,
+                endpoint,
+                acked,
+                Duration::from_secs(5)
+            ),
+            seen_after(
+                &sh_watcher,
+                service,
+                endpoint,
+                acked,
+                Duration::from_secs(5)
+            ),
+        );
+        println!(
+            "push delay {delay:?} on sh: hz's subscriber saw the instance after {on_hz:?}, \
+             sh's after {on_sh:?} (from the registration's acknowledgement)"
+        );
+        anyhow::ensure!(
+            on_hz.is_some_and(|d| d < quick),
+            "hz's subscriber saw the instance after {on_hz:?}, not within {quick:?}"
+        );
+        let (low, high) = (delay - 50 * MS, delay + Duration::from_millis(1000));
+        anyhow::ensure!(
+            on_sh.is_some_and(|d| d >= low && d < high),
+            "sh's subscriber saw the instance after {on_sh:?}, not within [{low:?}, {high:?}) \
+             with a push delay of {delay:?}"
+        );
+
+        // Every push dropped: sh's subscriber does not see the change.
+        sim.faults().set_push_fault(
+            "sh",
+            PushFault {
+                delay: Duration::ZERO,
+                drop: 1.0,
+            },
+        )?;
+        let second = RawClient::connect(hz, None).await?;
+        second.register(service, "10.0.0.2", 8080).await?;
+        let acked = Instant::now();
+        let endpoint = "10.0.0.2:8080";
+        let absent_for = Duration::from_millis(1500);
+        let (on_hz, on_sh) = tokio::join!(
+            seen_after(
+                &hz_watcher,
+                service,
+                endpoint,
+                acked,
+                Duration::from_secs(5)
+            ),
+            seen_after(&sh_watcher, service, endpoint, acked, absent_for),
+        );
+        println!(
+            "every push dropped on sh: hz's subscriber saw the instance after {on_hz:?}; \
+             sh's saw it after {on_sh:?} (None: not within {absent_for:?})"
+        );
+        anyhow::ensure!(
+            on_hz.is_some_and(|d| d < quick),
+            "hz's subscriber saw the second instance after {on_hz:?}, not within {quick:?}"
+        );
+        anyhow::ensure!(
+            on_sh.is_none(),
+            "sh's subscriber saw the second instance after {on_sh:?} although every push to \
+             it is dropped"
+        );
+        anyhow::ensure!(
+            sh_watcher.view(service) == Some(vec!["10.0.0.1:8080".to_owned()]),
+            "sh's subscriber's view changed while its pushes are dropped: {:?}",
+            sh_watcher.view(service)
+        );
+
+        // Lifted: the unanswered push times out and is retried.
+        sim.faults().set_push_fault("sh", PushFault::default())?;
+        let lifted = Instant::now();
+        let bound = push_timeout + push_retry + Duration::from_millis(500);
+        let on_sh = seen_after(&sh_watcher, service, endpoint, lifted, bound).await;
+        println!(
+            "push fault lifted: sh's subscriber saw the second instance {on_sh:?} later \
+             ({} ms after its registration was acknowledged)",
+            acked.elapsed().as_millis()
+        );
+        anyhow::ensure!(
+            on_sh.is_some(),
+            "sh's subscriber did not see the second instance within {bound:?} of the push \
+             fault being lifted (push timeout {push_timeout:?}, retry {push_retry:?}): view {:?}",
+            sh_watcher.view(service)
+        );
+        let both = Some(vec!["10.0.0.1:8080".to_owned(), "10.0.0.2:8080".to_owned()]);
+        anyhow::ensure!(
+            sh_watcher.view(service) == both && hz_watcher.view(service) == both,
+            "views differ at the end: sh {:?}, hz {:?}",
+            sh_watcher.view(service),
+            hz_watcher.view(service)
+        );
+        drop((first, second));
+        Ok(())
+    }
+    .await;
+    sim.stop().await;
+    result
+}
+
+/// What the pause test samples on every check while node 3 is paused.
+#[derive(Debug, Default)]
+struct PauseWatch {
+    /// The largest view lag of hz's nodes 1 and 2.
+    hz_max: Duration,
+    /// Node 3's terms, each change once.
+    terms3: Vec<Option<u64>>,
+}
+
+impl PauseWatch {
+    fn sample(&mut self, sim: &Sim) -> Result<(), String> {
+        for id in [1, 2] {
+            let lag = lag_of(sim, id).ok_or(format!("node {id} has no view lag"))?;
+            self.hz_max = self.hz_max.max(lag);
+        }
+        let term = sim.node(3).map(|n| n.cluster_status().term);
+        if self.terms3.last() != Some(&term) {
+            self.terms3.push(term);
+        }
+        Ok(())
+    }
+}
+
+/// A paused node (every raft link cut) falls behind while the majority
+/// carries on, does not campaign (the election gate), and catches up on
+/// resume without disturbing the leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_paused_node_falls_behind_and_catches_up_on_resume() -> anyhow::Result<()> {
+    let sim = Sim::start(&spec(&[], &[]), START).await?;
+    let http = http_client();
+    let result = async {
+        let leader = lead_from_hz(&sim).await?;
+        every_node_has_a_lag(&sim).await?;
+        let term = sim
+            .node(leader)
+            .context("the leader runs")?
+            .cluster_status()
+            .term;
+        let term3 = sim.node(3).context("node 3 runs")?.cluster_status().term;
+        println!("leader: node {leader} in term {term}; node 3 in term {term3}");
+
+        sim.faults().pause(3);
+        let paused_at = Instant::now();
+        // Sample hz's lags and node 3's term on every check while paused.
+        let hz_fresh = Duration::from_millis(200);
+        let mut watch = PauseWatch::default();
+        let behind = Duration::from_millis(1500);
+        let lag3 = wait_for("node 3's lag passes 1.5 s", Duration::from_secs(10), || {
+            watch.sample(&sim)?;
+            match lag_of(&sim, 3) {
+                Some(lag) if lag > behind => Ok(lag),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await?;
+        let hz_leader = agreed_leader(&sim, &[1, 2]).map_err(anyhow::Error::msg)?;
+        println!(
+            "{} ms after the pause: node 3's lag {} ms; hz's largest lag {} ms; hz leader \
+             node {hz_leader}",
+            paused_at.elapsed().as_millis(),
+            lag3.as_millis(),
+            watch.hz_max.as_millis()
+        );
+        anyhow::ensure!(
+            hz_leader == leader,
+            "hz's leader changed from node {leader} to node {hz_leader} while node 3 was paused"
+        );
+
+        // The majority takes a write node 3 does not get while paused.
+        let node1 = sim.nodes()[&1].http;
+        let node3 = sim.nodes()[&3].http;
+        let (status, body) = register(&http, node1, "paused", "10.0.1.3", 8080).await?;
+        println!("write through node 1: {status} {body:?}");
+        anyhow::ensure!(
+            status.is_success() && body == "ok",
+            "write through node 1 answered {status} {body:?}"
+        );
+        anyhow::ensure!(
+            !listed_ips(&http, node3, "paused")
+                .await?
+                .contains(&"10.0.1.3".to_owned()),
+            "node 3 got the write while paused"
+        );
+
+        // Hold the pause past node 3's longest election timeout, so that a
+        // campaign, had it been allowed, would have happened.
+        let election_max = Duration::from_millis(
+            sim.node(3)
+                .context("node 3 runs")?
+                .config()
+                .cluster
+                .election_timeout_ms
+                * 2,
+        );
+        let held = wait_for(
+            "node 3's lag passes its longest election timeout",
+            Duration::from_secs(20),
+            || {
+                watch.sample(&sim)?;
+                match lag_of(&sim, 3) {
+                    Some(lag) if lag > election_max + Duration::from_secs(1) => Ok(lag),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await?;
+        let s3 = sim.node(3).context("node 3 runs")?.cluster_status();
+        println!(
+            "paused {} ms (lag {} ms, election timeout up to {election_max:?}): node 3 is {} \
+             in term {}; its terms while paused: {:?}; hz's largest lag {} ms",
+            paused_at.elapsed().as_millis(),
+            held.as_millis(),
+            s3.role,
+            s3.term,
+            watch.terms3,
+            watch.hz_max.as_millis()
+        );
+        anyhow::ensure!(
+            watch.hz_max < hz_fresh,
+            "hz's view lag reached {:?} while node 3 was paused, not under {hz_fresh:?}",
+            watch.hz_max
+        );
+        anyhow::ensure!(
+            watch.terms3 == [Some(term3)] && s3.term == term3,
+            "node 3 raised its term while paused: terms {:?} (was {term3})",
+            watch.terms3
+        );
+
+        sim.faults().resume(3);
+        let resumed = Instant::now();
+        let fresh = Duration::from_millis(300);
+        let deadline = resumed + Duration::from_secs(10);
+        let caught_up = loop {
+            let ips = listed_ips(&http, node3, "paused").await?;
+            let lag = lag_of(&sim, 3);
+            if ips.iter().any(|ip| ip == "10.0.1.3") && lag.is_some_and(|l| l < fresh) {
+                break resumed.elapsed();
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "node 3 did not catch up within 10 s of the resume: hosts {ips:?}, lag \
+                     {lag:?}; (node, role, term, leader, applied): {:?}",
+                    statuses(&sim)
+                );
+            }
+            tokio::time::sleep(10 * MS).await;
+        };
+        let after = agreed_leader(&sim, &[1, 2, 3]).map_err(anyhow::Error::msg)?;
+        let after_term = sim
+            .node(after)
+            .context("the leader runs")?
+            .cluster_status()
+            .term;
+        println!(
+            "node 3 caught up {} ms after the resume (lag {:?}); leader node {after} in term \
+             {after_term}; (node, role, term, leader, applied): {:?}",
+            caught_up.as_millis(),
+            lag_of(&sim, 3),
+            statuses(&sim)
+        );
+        anyhow::ensure!(
+            after == leader && after_term == term,
+            "the resume changed the leader: node {leader} in term {term} became node {after} \
+             in term {after_term}"
+        );
         Ok(())
     }
     .await;

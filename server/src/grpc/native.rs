@@ -91,7 +91,7 @@ impl Scope {
 
 fn token(node: &Node, revision: u64) -> ResumeToken {
     ResumeToken {
-        cluster_id: node.state().cluster_id().to_owned(),
+        cluster_id: node.state().cluster_id().to_string(),
         revision,
     }
 }
@@ -252,6 +252,39 @@ struct Start {
     counts: Counts,
 }
 
+/// How long a watch resuming from a revision this node has not applied yet
+/// waits for it to catch up (a watcher moved from a node that was ahead).
+const CATCH_UP: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Waits, up to [`CATCH_UP`], until this node has applied the revision of
+/// a resume token of its own cluster (learning which cluster that is first,
+/// if it has applied nothing yet), so a watcher that moves to a node that
+/// is behind resumes there instead of going back to an older snapshot.
+/// Gives up quietly: the watch then starts from a snapshot.
+async fn catch_up(node: &Node, resume: &ResumeToken) {
+    let mut changes = node.state().watch_changes();
+    let deadline = tokio::time::Instant::now() + CATCH_UP;
+    loop {
+        let state = node.state();
+        let behind = if state.cluster_known() {
+            *resume.cluster_id == *state.cluster_id()
+                && node.registry().revision() < resume.revision
+        } else {
+            true
+        };
+        if !behind {
+            return;
+        }
+        // Ticks change no revision: poll as well as listen.
+        let wake = tokio::time::Instant::now() + std::time::Duration::from_millis(50);
+        match tokio::time::timeout_at(deadline.min(wake), changes.recv()).await {
+            Err(_) if tokio::time::Instant::now() >= deadline => return,
+            Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => return,
+            _ => {}
+        }
+    }
+}
+
 fn start(node: &Node, scope: &Scope, resume: Option<&ResumeToken>) -> Start {
     let registry = node.registry();
     let revision = registry.revision();
@@ -264,7 +297,7 @@ fn start(node: &Node, scope: &Scope, resume: Option<&ResumeToken>) -> Start {
             counts,
         }
     };
-    let resumable = resume.filter(|t| t.cluster_id == node.state().cluster_id());
+    let resumable = resume.filter(|t| *t.cluster_id == *node.state().cluster_id());
     let Some(resume) = resumable else {
         return from_snapshot(if resume.is_some() {
             ResetReason::HistoryUnavailable
@@ -324,6 +357,9 @@ impl RegistryApi for NativeApi {
         let request = request.into_inner();
         let scope = Scope::parse(&request)?;
         let node = self.node.clone();
+        if let Some(resume) = &request.resume {
+            catch_up(&node, resume).await;
+        }
         // Subscribe first, then read the starting point.
         let mut changes = node.state().watch_changes();
         let Start {
@@ -647,7 +683,7 @@ impl NativeApi {
                             kind: Some(native::session_response::Kind::Welcome(native::Welcome {
                                 session_id: session_id.clone(),
                                 keepalive_ms: keepalive,
-                                cluster_id: node.state().cluster_id().to_owned(),
+                                cluster_id: node.state().cluster_id().to_string(),
                             })),
                         };
                         if tx.send(Ok(welcome)).await.is_err() {

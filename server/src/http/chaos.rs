@@ -20,7 +20,7 @@
 //!
 //! With a cluster secret, every call needs it in `x-understudy-secret`.
 
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
@@ -57,146 +57,124 @@ pub(crate) async fn replace(
     }
 }
 
-/// `POST /understudy/v1/chaos/links?link=SPEC[;SPEC...]`.
-pub(crate) async fn links(
+/// `POST /understudy/v1/chaos/{action}`: one change to the fault model.
+pub(crate) async fn act(
     State(node): State<Node>,
+    Path(action): Path<String>,
     headers: axum::http::HeaderMap,
     params: Input,
 ) -> Response {
-    change(&node, &headers, params, |p, state| {
-        let text = p.required("link")?;
-        for spec in text.split(';').filter(|s| !s.trim().is_empty()) {
-            let spec: LinkSpec = spec.parse().map_err(|e: crate::raft::links::InvalidLink| {
-                ApiError::invalid("link", e.to_string())
-            })?;
-            set_link(state, &spec.from, &spec.to, spec.link);
-            if spec.both {
-                set_link(state, &spec.to, &spec.from, spec.link);
+    let edit: fn(&Params, &mut FaultState) -> Result<(), ApiError> = match action.as_str() {
+        "links" => links,
+        "partition" => partition,
+        "heal" => heal,
+        "apply-delay" => apply_delay,
+        "push" => push,
+        "pause" => pause,
+        "resume" => resume,
+        other => {
+            return ApiError::not_found(
+                understudy_proto::nacos::ErrorCode::ResourceNotFound,
+                format!(
+                    "no chaos action '{other}': links, partition, heal, apply-delay, push, pause or resume"
+                ),
+            )
+            .v2()
+        }
+    };
+    let state = check_secret(&node, &headers).and_then(|()| {
+        let p = params?;
+        let mut state = node.faults().state();
+        edit(&p, &mut state)?;
+        Ok(state)
+    });
+    match state {
+        Ok(state) => apply(&node, state).await,
+        Err(e) => e.v2(),
+    }
+}
+
+/// `links?link=SPEC[;SPEC...]`.
+fn links(p: &Params, state: &mut FaultState) -> Result<(), ApiError> {
+    let text = p.required("link")?;
+    for spec in text.split(';').filter(|s| !s.trim().is_empty()) {
+        let spec: LinkSpec = spec.parse().map_err(|e: crate::raft::links::InvalidLink| {
+            ApiError::invalid("link", e.to_string())
+        })?;
+        set_link(state, &spec.from, &spec.to, spec.link);
+        if spec.both {
+            set_link(state, &spec.to, &spec.from, spec.link);
+        }
+    }
+    Ok(())
+}
+
+/// `partition?a=&b=`.
+fn partition(p: &Params, state: &mut FaultState) -> Result<(), ApiError> {
+    let (a, b) = (p.required("a")?.to_owned(), p.required("b")?.to_owned());
+    if a == b {
+        return Err(ApiError::invalid("b", "must name another DC than a"));
+    }
+    set_cut(state, &a, &b, true);
+    Ok(())
+}
+
+/// `heal[?a=&b=]`.
+fn heal(p: &Params, state: &mut FaultState) -> Result<(), ApiError> {
+    match (p.get("a"), p.get("b")) {
+        (Some(a), Some(b)) => set_cut(state, a, b, false),
+        (None, None) => {
+            for link in &mut state.links {
+                link.link.cut = false;
             }
+            state.paused.clear();
         }
-        Ok(())
-    })
-    .await
+        (Some(_), None) => return Err(ApiError::missing("b")),
+        (None, Some(_)) => return Err(ApiError::missing("a")),
+    }
+    Ok(())
 }
 
-/// `POST /understudy/v1/chaos/partition?a=&b=`.
-pub(crate) async fn partition(
-    State(node): State<Node>,
-    headers: axum::http::HeaderMap,
-    params: Input,
-) -> Response {
-    change(&node, &headers, params, |p, state| {
-        let (a, b) = (p.required("a")?.to_owned(), p.required("b")?.to_owned());
-        if a == b {
-            return Err(ApiError::invalid("b", "must name another DC than a"));
-        }
-        for (from, to) in [(&a, &b), (&b, &a)] {
-            let mut link = current(state, from, to);
-            link.cut = true;
-            set_link(state, from, to, link);
-        }
-        Ok(())
-    })
-    .await
+/// `apply-delay?dc=&delay=`.
+fn apply_delay(p: &Params, state: &mut FaultState) -> Result<(), ApiError> {
+    let dc = p.required("dc")?.to_owned();
+    let delay =
+        parse_duration(p.required("delay")?).map_err(|why| ApiError::invalid("delay", why))?;
+    state.apply_delays_ms.insert(dc, delay.as_millis() as u64);
+    Ok(())
 }
 
-/// `POST /understudy/v1/chaos/heal[?a=&b=]`.
-pub(crate) async fn heal(
-    State(node): State<Node>,
-    headers: axum::http::HeaderMap,
-    params: Input,
-) -> Response {
-    change(&node, &headers, params, |p, state| {
-        match (p.get("a"), p.get("b")) {
-            (Some(a), Some(b)) => {
-                for (from, to) in [(a, b), (b, a)] {
-                    let mut link = current(state, from, to);
-                    link.cut = false;
-                    set_link(state, from, to, link);
-                }
-            }
-            (None, None) => {
-                for link in &mut state.links {
-                    link.link.cut = false;
-                }
-                state.paused.clear();
-            }
-            (Some(_), None) => return Err(ApiError::missing("b")),
-            (None, Some(_)) => return Err(ApiError::missing("a")),
-        }
-        Ok(())
-    })
-    .await
+/// `push?dc=&delay=&drop=`.
+fn push(p: &Params, state: &mut FaultState) -> Result<(), ApiError> {
+    let dc = p.required("dc")?.to_owned();
+    let mut fault = PushFault::default();
+    if let Some(delay) = p.get("delay") {
+        fault.delay = parse_duration(delay).map_err(|why| ApiError::invalid("delay", why))?;
+    }
+    if let Some(drop) = p.get("drop") {
+        // The loss syntax, so `10%` and `0.1` both work.
+        fault.drop = parse_faults(&format!("loss={drop}"))
+            .map_err(|why| ApiError::invalid("drop", why))?
+            .loss;
+    }
+    state.push_faults.insert(dc, fault);
+    Ok(())
 }
 
-/// `POST /understudy/v1/chaos/apply-delay?dc=&delay=`.
-pub(crate) async fn apply_delay(
-    State(node): State<Node>,
-    headers: axum::http::HeaderMap,
-    params: Input,
-) -> Response {
-    change(&node, &headers, params, |p, state| {
-        let dc = p.required("dc")?.to_owned();
-        let delay =
-            parse_duration(p.required("delay")?).map_err(|why| ApiError::invalid("delay", why))?;
-        state.apply_delays_ms.insert(dc, delay.as_millis() as u64);
-        Ok(())
-    })
-    .await
+/// `pause?node=`.
+fn pause(p: &Params, state: &mut FaultState) -> Result<(), ApiError> {
+    let id: u64 = p.number("node")?.ok_or_else(|| ApiError::missing("node"))?;
+    if !state.paused.contains(&id) {
+        state.paused.push(id);
+    }
+    Ok(())
 }
 
-/// `POST /understudy/v1/chaos/push?dc=&delay=&drop=`.
-pub(crate) async fn push(
-    State(node): State<Node>,
-    headers: axum::http::HeaderMap,
-    params: Input,
-) -> Response {
-    change(&node, &headers, params, |p, state| {
-        let dc = p.required("dc")?.to_owned();
-        let mut fault = PushFault::default();
-        if let Some(delay) = p.get("delay") {
-            fault.delay = parse_duration(delay).map_err(|why| ApiError::invalid("delay", why))?;
-        }
-        if let Some(drop) = p.get("drop") {
-            // The loss syntax, so `10%` and `0.1` both work.
-            fault.drop = parse_faults(&format!("loss={drop}"))
-                .map_err(|why| ApiError::invalid("drop", why))?
-                .loss;
-        }
-        state.push_faults.insert(dc, fault);
-        Ok(())
-    })
-    .await
-}
-
-/// `POST /understudy/v1/chaos/pause?node=`.
-pub(crate) async fn pause(
-    State(node): State<Node>,
-    headers: axum::http::HeaderMap,
-    params: Input,
-) -> Response {
-    change(&node, &headers, params, |p, state| {
-        let id: u64 = p.number("node")?.ok_or_else(|| ApiError::missing("node"))?;
-        if !state.paused.contains(&id) {
-            state.paused.push(id);
-        }
-        Ok(())
-    })
-    .await
-}
-
-/// `POST /understudy/v1/chaos/resume?node=`.
-pub(crate) async fn resume(
-    State(node): State<Node>,
-    headers: axum::http::HeaderMap,
-    params: Input,
-) -> Response {
-    change(&node, &headers, params, |p, state| {
-        let id: u64 = p.number("node")?.ok_or_else(|| ApiError::missing("node"))?;
-        state.paused.retain(|n| *n != id);
-        Ok(())
-    })
-    .await
+/// `resume?node=`.
+fn resume(p: &Params, state: &mut FaultState) -> Result<(), ApiError> {
+    let id: u64 = p.number("node")?.ok_or_else(|| ApiError::missing("node"))?;
+    state.paused.retain(|n| *n != id);
+    Ok(())
 }
 
 /// `GET /understudy/v1/cluster/nodes`.
@@ -214,6 +192,16 @@ fn current(state: &FaultState, from: &str, to: &str) -> crate::raft::links::Link
         .unwrap_or_default()
 }
 
+/// Cuts (or heals) DCs `a` and `b` in both directions, keeping their
+/// latency and loss.
+fn set_cut(state: &mut FaultState, a: &str, b: &str, cut: bool) {
+    for (from, to) in [(a, b), (b, a)] {
+        let mut link = current(state, from, to);
+        link.cut = cut;
+        set_link(state, from, to, link);
+    }
+}
+
 fn set_link(state: &mut FaultState, from: &str, to: &str, link: crate::raft::links::Link) {
     state.links.retain(|l| !(l.from == from && l.to == to));
     state.links.push(DcLink {
@@ -221,24 +209,6 @@ fn set_link(state: &mut FaultState, from: &str, to: &str, link: crate::raft::lin
         to: to.to_owned(),
         link,
     });
-}
-
-async fn change(
-    node: &Node,
-    headers: &axum::http::HeaderMap,
-    params: Input,
-    edit: impl FnOnce(&Params, &mut FaultState) -> Result<(), ApiError>,
-) -> Response {
-    let state = check_secret(node, headers).and_then(|()| {
-        let p = params?;
-        let mut state = node.faults().state();
-        edit(&p, &mut state)?;
-        Ok(state)
-    });
-    match state {
-        Ok(state) => apply(node, state).await,
-        Err(e) => e.v2(),
-    }
 }
 
 async fn apply(node: &Node, state: FaultState) -> Response {

@@ -497,7 +497,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
         ("dc", node.config().dc.clone()),
         ("node", node.config().node_id.to_string()),
     ];
-    if let Some(lag) = node.view().lag() {
+    if let Some(lag) = node.view_lag() {
         metrics::gauge!("understudy_view_lag_seconds", &labels).set(lag.as_secs_f64());
     }
     let status = node.cluster_status();

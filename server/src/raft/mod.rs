@@ -193,7 +193,7 @@ pub type Raft = openraft::Raft<TypeConfig>;
 pub type Members = BTreeMap<NodeId, Member>;
 
 /// A member as the cluster status shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MemberStatus {
     /// Node id.
@@ -212,20 +212,9 @@ pub struct MemberStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeStatus {
-    /// Node id.
-    pub node_id: NodeId,
-    /// Datacenter label.
-    pub dc: String,
-    /// Raft role.
-    pub role: String,
-    /// The current term.
-    pub term: u64,
-    /// The leader it knows of.
-    pub leader: Option<NodeId>,
-    /// The last log index applied.
-    pub last_applied: u64,
-    /// The registry revision applied.
-    pub revision: u64,
+    /// Its raft view of the cluster.
+    #[serde(flatten)]
+    pub cluster: ClusterStatus,
     /// Now minus the newest leader stamp in its read view, ms.
     pub view_lag_ms: Option<u64>,
     /// Register-to-visible delays seen there.
@@ -247,7 +236,7 @@ pub struct NodeReport {
 }
 
 /// One node's view of the cluster.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterStatus {
     /// This node's id.

@@ -335,9 +335,21 @@ impl Network {
         request: &AdminRequest,
         timeout: Duration,
     ) -> Result<AdminReply, String> {
+        self.admin_call(target, member, request, timeout, false)
+            .await
+    }
+
+    async fn admin_call(
+        &self,
+        target: NodeId,
+        member: &Member,
+        request: &AdminRequest,
+        timeout: Duration,
+        through_faults: bool,
+    ) -> Result<AdminReply, String> {
         let payload = serde_json::to_vec(request).map_err(|e| e.to_string())?;
         let reply = self
-            .exchange(target, member, Rpc::Admin, payload, timeout, false)
+            .exchange(target, member, Rpc::Admin, payload, timeout, through_faults)
             .await
             .map_err(|e| e.to_string())?;
         serde_json::from_slice(&reply).map_err(|e| e.to_string())
@@ -351,12 +363,8 @@ impl Network {
         member: &Member,
         timeout: Duration,
     ) -> Result<AdminReply, String> {
-        let payload = serde_json::to_vec(&AdminRequest::Ping).map_err(|e| e.to_string())?;
-        let reply = self
-            .exchange(target, member, Rpc::Admin, payload, timeout, true)
+        self.admin_call(target, member, &AdminRequest::Ping, timeout, true)
             .await
-            .map_err(|e| e.to_string())?;
-        serde_json::from_slice(&reply).map_err(|e| e.to_string())
     }
 
     /// This node's id.

@@ -253,6 +253,8 @@ struct SnapshotBody {
     last_applied: Option<LogId<NodeId>>,
     membership: StoredMembership<NodeId, Member>,
     registry: RegistrySnapshot,
+    /// The cluster's history id (see [`StateMachine::genesis`]).
+    genesis: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -274,6 +276,10 @@ pub struct StateMachine {
     snapshots_built: u64,
     disk: Option<Disk>,
     view: Option<crate::view::View>,
+    /// The cluster's history id, from the first normal entry of its log
+    /// (or a snapshot that carries it): the same on every node, new after
+    /// an in-memory restart of the whole cluster.
+    genesis: Option<String>,
 }
 
 impl StateMachine {
@@ -291,7 +297,15 @@ impl StateMachine {
             snapshots_built: 0,
             disk: None,
             view: None,
+            genesis: None,
         }
+    }
+
+    fn learn_genesis(&mut self, genesis: Option<String>) {
+        if let Some(id) = &genesis {
+            self.state.set_cluster_id(id);
+        }
+        self.genesis = genesis;
     }
 
     /// Feeds `view` with the stamps of applied entries, holding them back
@@ -311,6 +325,7 @@ impl StateMachine {
         if let Some(snapshot) = snapshot {
             let body: SnapshotBody = codec::decode(&snapshot.bytes)?;
             self.state.restore(body.registry);
+            self.learn_genesis(body.genesis);
             self.last_applied = snapshot.meta.last_log_id;
             self.membership = snapshot.meta.last_membership.clone();
             *lock(&self.current) = Some(StoredSnapshot {
@@ -375,6 +390,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             match entry.payload {
                 EntryPayload::Blank => answers.push(BatchApplied::default()),
                 EntryPayload::Normal(batch) => {
+                    if self.genesis.is_none() {
+                        let id = format!(
+                            "{:x}-{:x}-{:x}",
+                            entry.log_id.index, batch.origin, batch.stamp_ms
+                        );
+                        self.learn_genesis(Some(id));
+                    }
                     if let Some(view) = &self.view {
                         view.admit(batch.stamp_ms).await;
                     }
@@ -411,6 +433,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 last_applied: self.last_applied,
                 membership: self.membership.clone(),
                 registry: self.state.registry().snapshot(),
+                genesis: self.genesis.clone(),
             }),
             id: self.snapshots_built,
             current: self.current.clone(),
@@ -438,6 +461,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // On disk first: a crash after this restarts from the snapshot.
         persist(self.disk.as_ref(), &stored).await?;
         self.state.restore(body.registry);
+        self.learn_genesis(body.genesis);
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         *lock(&self.current) = Some(stored);
