@@ -487,6 +487,24 @@ impl Node {
         }
     }
 
+    /// Applies this node's DC push faults to one push: waits its delay,
+    /// and answers whether to send it. A dropped push goes unanswered and
+    /// is retried after the push timeout, as any unanswered push.
+    pub(crate) async fn push_passes_faults(&self) -> bool {
+        match self.faults().push_fate(&self.inner.config.dc) {
+            crate::raft::links::PushFate::Drop => {
+                metrics::counter!("understudy_pushes_dropped_by_fault_total").increment(1);
+                false
+            }
+            crate::raft::links::PushFate::Send(delay) => {
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+                true
+            }
+        }
+    }
+
     /// The fault model this node's transport obeys.
     pub fn faults(&self) -> &crate::raft::links::LinkFaults {
         self.inner.network.faults()

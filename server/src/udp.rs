@@ -209,6 +209,9 @@ async fn push(node: Node, service: Arc<UdpPush>, client: Arc<Client>) {
             encode(&render(&node, target.key, view, target.ref_time), id)
         });
         for datagram in datagrams {
+            if !node.push_passes_faults().await {
+                continue;
+            }
             if let Err(e) = service.socket.send_to(&datagram, client.addr).await {
                 tracing::debug!(to = %client.addr, error = %e, "UDP push not sent");
             }

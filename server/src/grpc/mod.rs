@@ -306,16 +306,8 @@ async fn push(node: Node, conn: Arc<Conn>) {
             )
         }));
         for payload in pushes {
-            // Injected push faults for this node's DC: a dropped push goes
-            // unanswered and is retried after the push timeout.
-            match node.faults().push_fate(&node.config().dc) {
-                crate::raft::links::PushFate::Drop => {
-                    metrics::counter!("understudy_pushes_dropped_by_fault_total").increment(1);
-                    continue;
-                }
-                crate::raft::links::PushFate::Send(delay) => {
-                    merge_delay(delay.as_millis() as u64).await
-                }
+            if !node.push_passes_faults().await {
+                continue;
             }
             if !conn.send_push(payload).await {
                 return;

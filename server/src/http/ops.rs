@@ -180,7 +180,7 @@ pub(crate) async fn cluster_nodes(State(node): State<Node>) -> Response {
 
 /// `GET /understudy/v1/cluster`: this node's view of the cluster.
 pub(crate) async fn cluster_status(State(node): State<Node>) -> Response {
-    Json(node.cluster_status()).into_response()
+    Json(node.node_status()).into_response()
 }
 
 /// Admin calls carry the cluster secret when one is set, so nothing
