@@ -77,12 +77,12 @@ fn init_logging(filter: &str) {
 
 #[tokio::main]
 async fn sim(args: understudy_server::sim::SimArgs) -> anyhow::Result<()> {
-    understudy_server::sim::main(args, shutdown_signal()).await
+    Ok(understudy_server::sim::main(args, shutdown_signal()).await?)
 }
 
 #[tokio::main]
 async fn chaos(args: understudy_server::chaos::RunArgs) -> anyhow::Result<bool> {
-    understudy_server::chaos::main(args).await
+    Ok(understudy_server::chaos::main(args).await?)
 }
 
 #[tokio::main]

@@ -431,6 +431,7 @@ impl Node {
             node.inner.config.node_id,
             tick,
             quorum_window,
+            tasks.clone(),
             cancel.clone(),
         ));
         tasks.spawn(crate::raft::gate::run(
@@ -438,6 +439,7 @@ impl Node {
             node.inner.network.clone(),
             std::time::Duration::from_millis(node.inner.config.cluster.heartbeat_ms),
             std::time::Duration::from_millis(node.inner.config.cluster.election_timeout_ms),
+            tasks.clone(),
             cancel.clone(),
         ));
         tasks.spawn(crate::view::track_dcs(raft.clone(), faults, cancel.clone()));

@@ -64,6 +64,9 @@ pub enum SimError {
     /// A node's settings are refused.
     #[error(transparent)]
     Config(#[from] crate::ConfigError),
+    /// The nodes agree on no leader.
+    #[error("the cluster elected no leader: {0}")]
+    NoLeader(String),
     /// A port could not be bound or a node did not start.
     #[error("node {node}: {source}")]
     Io {
@@ -176,6 +179,8 @@ impl SimNode {
 pub struct Sim {
     nodes: BTreeMap<NodeId, SimNode>,
     faults: LinkFaults,
+    /// Killed nodes winding down.
+    dying: tokio_util::task::TaskTracker,
 }
 
 impl Sim {
@@ -252,13 +257,12 @@ impl Sim {
                 },
             );
         }
-        let sim = Sim { nodes, faults };
-        sim.leader(within)
-            .await
-            .map_err(|reason| SimError::Invalid {
-                key: "dc",
-                reason: format!("the cluster elected no leader: {reason}"),
-            })?;
+        let sim = Sim {
+            nodes,
+            faults,
+            dying: tokio_util::task::TaskTracker::new(),
+        };
+        sim.leader(within).await.map_err(SimError::NoLeader)?;
         Ok(sim)
     }
 
@@ -307,20 +311,22 @@ impl Sim {
     pub fn kill(&mut self, id: NodeId) -> bool {
         match self.nodes.get_mut(&id).and_then(|n| n.serving.take()) {
             Some(serving) => {
-                tokio::spawn(serving.kill());
+                self.dying.spawn(serving.kill());
                 true
             }
             None => false,
         }
     }
 
-    /// Stops every node gracefully.
+    /// Stops every node gracefully, and waits for killed ones to wind down.
     pub async fn stop(mut self) {
         for node in self.nodes.values_mut() {
             if let Some(serving) = node.serving.take() {
                 let _ = serving.stop().await;
             }
         }
+        self.dying.close();
+        self.dying.wait().await;
     }
 
     /// A table of the nodes and their ports, for people.
@@ -408,7 +414,7 @@ async fn bind_node(spec: &SimSpec, id: NodeId) -> std::io::Result<Listeners> {
 pub async fn main(
     args: SimArgs,
     shutdown: impl std::future::Future<Output = ()>,
-) -> anyhow::Result<()> {
+) -> Result<(), SimError> {
     let spec = SimSpec::from_args(&args)?;
     let sim = Sim::start(&spec, Duration::from_secs(30)).await?;
     println!("understudy sim: {} nodes, seed {}", spec.size(), spec.seed);
@@ -420,7 +426,7 @@ pub async fn main(
         "leader: node {}",
         sim.leader(Duration::from_secs(5))
             .await
-            .map_err(anyhow::Error::msg)?
+            .map_err(SimError::NoLeader)?
     );
     shutdown.await;
     sim.stop().await;

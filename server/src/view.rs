@@ -169,6 +169,7 @@ pub async fn run_ticks(
     node_id: crate::raft::NodeId,
     interval: Duration,
     quorum_window: Duration,
+    tasks: tokio_util::task::TaskTracker,
     cancel: CancellationToken,
 ) {
     let mut ticker = tokio::time::interval(interval);
@@ -195,7 +196,7 @@ pub async fn run_ticks(
         match raft.client_write_ff(Arc::new(tick)).await {
             // Nobody needs the answer, but dropping its receiver early makes
             // openraft warn on every tick.
-            Ok(answer) => drop(tokio::spawn(answer)),
+            Ok(answer) => drop(tasks.spawn(answer)),
             Err(e) => {
                 tracing::debug!(error = %e, "tick not appended");
                 return;

@@ -82,6 +82,49 @@ pub struct RunArgs {
     pub log: String,
 }
 
+/// Why a chaos run could not run or report (a run that breaks a promise
+/// still reports: see [`Report::passed`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ChaosError {
+    /// `--scale` is not a positive number.
+    #[error("--scale must be a positive number, got {0}")]
+    Scale(f64),
+    /// The scenario file cannot be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The scenario file is not a scenario.
+    #[error("{path}: {source}")]
+    Scenario {
+        /// The file.
+        path: PathBuf,
+        /// The line and what is wrong with it.
+        source: ScenarioError,
+    },
+    /// The sim cluster did not start.
+    #[error(transparent)]
+    Sim(#[from] crate::sim::SimError),
+    /// The workload's HTTP client could not be built or a node did not
+    /// answer a listing.
+    #[error("HTTP: {0}")]
+    Http(#[from] reqwest::Error),
+    /// A watcher got no first snapshot.
+    #[error("a watcher got no snapshot within 10 s")]
+    WatchersNotReady,
+    /// The report could not be written.
+    #[error("cannot write the report to {path}: {source}")]
+    Write {
+        /// The file or directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
 /// A delay summary per DC.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -337,7 +380,7 @@ impl Targets {
 // The run
 
 /// Runs `scenario` and reports.
-pub async fn run(scenario: &Scenario, scale: f64) -> anyhow::Result<Report> {
+pub async fn run(scenario: &Scenario, scale: f64) -> Result<Report, ChaosError> {
     let settings = crate::config::Settings {
         log: None,
         ..crate::sim::raft_timings(crate::sim::heartbeat_for(scenario.all_links()))
@@ -392,7 +435,7 @@ pub async fn run(scenario: &Scenario, scale: f64) -> anyhow::Result<Report> {
     let deadline = Instant::now() + Duration::from_secs(10);
     while watchers.iter().any(|(log, _)| lock(log).events == 0) {
         if Instant::now() > deadline {
-            anyhow::bail!("a watcher got no snapshot within 10 s");
+            return Err(ChaosError::WatchersNotReady);
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -714,7 +757,7 @@ fn expected_state(writes: &[Write]) -> BTreeMap<String, bool> {
 async fn list(
     client: &reqwest::Client,
     http: std::net::SocketAddr,
-) -> anyhow::Result<BTreeSet<String>> {
+) -> Result<BTreeSet<String>, reqwest::Error> {
     let answer: serde_json::Value = client
         .get(format!(
             "http://{http}/nacos/v1/ns/instance/list?serviceName={SERVICE}&healthyOnly=false"
@@ -902,14 +945,19 @@ async fn watch(
 }
 
 /// Runs `chaos run` and exits 0 when the report passed.
-pub async fn main(args: RunArgs) -> anyhow::Result<bool> {
+pub async fn main(args: RunArgs) -> Result<bool, ChaosError> {
     if !(args.scale > 0.0 && args.scale.is_finite()) {
-        anyhow::bail!("--scale must be a positive number, got {}", args.scale);
+        return Err(ChaosError::Scale(args.scale));
     }
-    let text = std::fs::read_to_string(&args.file)
-        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", args.file.display()))?;
+    let text = std::fs::read_to_string(&args.file).map_err(|source| ChaosError::Read {
+        path: args.file.clone(),
+        source,
+    })?;
     let mut scenario = Scenario::parse(&text)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", args.file.display()))?
+        .map_err(|source| ChaosError::Scenario {
+            path: args.file.clone(),
+            source,
+        })?
         .scaled(args.scale);
     if let Some(seed) = args.seed {
         scenario.seed = seed;
@@ -924,10 +972,15 @@ pub async fn main(args: RunArgs) -> anyhow::Result<bool> {
     let out = args
         .out
         .unwrap_or_else(|| PathBuf::from("target/chaos").join(&scenario.name));
-    std::fs::create_dir_all(&out)?;
-    std::fs::write(out.join("report.json"), serde_json::to_vec_pretty(&report)?)?;
+    let write = |path: PathBuf, bytes: &[u8]| {
+        std::fs::create_dir_all(&out)
+            .and_then(|()| std::fs::write(&path, bytes))
+            .map_err(|source| ChaosError::Write { path, source })
+    };
+    let json = serde_json::to_vec_pretty(&report).expect("a report serialises");
+    write(out.join("report.json"), &json)?;
     let md = report.markdown();
-    std::fs::write(out.join("report.md"), &md)?;
+    write(out.join("report.md"), md.as_bytes())?;
     println!("{md}");
     println!("report: {}", out.join("report.json").display());
     Ok(report.passed())

@@ -18,6 +18,7 @@
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::network::{AdminReply, Network};
 use super::{NodeId, Raft};
@@ -29,6 +30,7 @@ pub async fn run(
     network: Network,
     heartbeat: Duration,
     election_timeout: Duration,
+    tasks: TaskTracker,
     cancel: CancellationToken,
 ) {
     let me = network.node_id();
@@ -56,8 +58,9 @@ pub async fn run(
         for (id, member) in voters.iter().filter(|(id, _)| *id != me) {
             let network = network.clone();
             let (id, member) = (*id, member.clone());
-            // An answer marks the peer heard from (the transport's contacts).
-            tokio::spawn(async move {
+            // An answer marks the peer heard from (the transport's contacts);
+            // each ping ends within its timeout.
+            tasks.spawn(async move {
                 let answer = network.ping(id, &member, election_timeout).await;
                 if let Ok(other) = answer {
                     if !matches!(other, AdminReply::Pong) {
