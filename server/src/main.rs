@@ -28,7 +28,7 @@ fn main() -> ExitCode {
             return match sim(args) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("understudy sim: {e:#}");
+                    eprintln!("understudy sim: {e}");
                     ExitCode::from(EXIT_USAGE)
                 }
             };
@@ -43,7 +43,7 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
                 Err(e) => {
-                    eprintln!("understudy chaos: {e:#}");
+                    eprintln!("understudy chaos: {e}");
                     ExitCode::from(EXIT_USAGE)
                 }
             };

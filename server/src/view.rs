@@ -46,6 +46,8 @@ struct Inner {
     newest: AtomicU64,
     /// Register-to-visible delays seen here, µs.
     r2v: Mutex<Histogram<u64>>,
+    /// The same, as the Prometheus histogram of this node's DC.
+    r2v_metric: metrics::Histogram,
 }
 
 /// A summary of delays, in milliseconds.
@@ -81,6 +83,8 @@ impl DelaySummary {
 impl View {
     /// The view of a node in `dc`, whose apply delay `faults` holds.
     pub fn new(dc: &str, faults: LinkFaults) -> Self {
+        // The handle below binds to the recorder installed now.
+        let _ = crate::metrics::handle();
         Self {
             inner: Arc::new(Inner {
                 dc: dc.to_owned(),
@@ -88,6 +92,10 @@ impl View {
                 newest: AtomicU64::new(0),
                 r2v: Mutex::new(
                     Histogram::new_with_bounds(1, R2V_MAX_US, 2).expect("valid histogram bounds"),
+                ),
+                r2v_metric: metrics::histogram!(
+                    "understudy_register_visible_seconds",
+                    "dc" => dc.to_owned()
                 ),
             }),
         }
@@ -121,8 +129,7 @@ impl View {
         if registrations > 0 {
             let delay_us = wall_ms().saturating_sub(stamp_ms) * 1000;
             let seconds = delay_us as f64 / 1e6;
-            metrics::histogram!("understudy_register_visible_seconds", "dc" => self.inner.dc.clone())
-                .record(seconds);
+            self.inner.r2v_metric.record(seconds);
             let mut h = self
                 .inner
                 .r2v
@@ -209,12 +216,18 @@ pub async fn run_ticks(
 /// changes, so DC-level link faults act on new members too.
 pub async fn track_dcs(raft: crate::raft::Raft, faults: LinkFaults, cancel: CancellationToken) {
     let mut metrics = raft.metrics();
+    let mut seen = None;
     loop {
         {
+            // Metrics change on every apply; membership seldom.
             let m = metrics.borrow_and_update();
-            for (id, member) in m.membership_config.membership().nodes() {
-                if !member.dc.is_empty() {
-                    faults.set_dc(*id, &member.dc);
+            let membership = m.membership_config.log_id();
+            if seen != Some(*membership) {
+                seen = Some(*membership);
+                for (id, member) in m.membership_config.membership().nodes() {
+                    if !member.dc.is_empty() {
+                        faults.set_dc(*id, &member.dc);
+                    }
                 }
             }
         }

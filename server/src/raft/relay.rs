@@ -74,37 +74,45 @@ async fn run(
             _ = cancel.cancelled() => return,
             changed = metrics.changed() => if changed.is_err() { return },
         }
-        let m = metrics.borrow_and_update().clone();
-        let leading = m.state == ServerState::Leader
-            && m.vote.is_committed()
-            && m.vote.leader_id().voted_for() == Some(me);
-        if !leading || term != Some(m.vote) {
-            // A new term (or none): whatever was queued is moot.
-            followers.clear();
-            term = leading.then_some(m.vote);
-            if !leading {
-                continue;
+        // Metrics change on every apply: decide cheaply, under the borrow,
+        // whether there is anything to relay before copying anything.
+        let (vote, applied, matched, members) = {
+            let m = metrics.borrow_and_update();
+            let leading = m.state == ServerState::Leader
+                && m.vote.is_committed()
+                && m.vote.leader_id().voted_for() == Some(me);
+            if !leading || term != Some(m.vote) {
+                // A new term (or none): whatever was queued is moot.
+                followers.clear();
+                term = leading.then_some(m.vote);
+                if !leading {
+                    continue;
+                }
             }
-        }
-        let Some(applied) = m.last_applied else {
-            continue;
+            let Some(applied) = m.last_applied else {
+                continue;
+            };
+            let slow: Vec<(NodeId, Member)> = m
+                .membership_config
+                .membership()
+                .nodes()
+                .filter(|(id, _)| **id != me)
+                .filter(|(id, _)| {
+                    let link = network.faults().link(me, **id);
+                    !link.cut && (!link.delay.is_zero() || !link.jitter.is_zero())
+                })
+                .map(|(id, member)| (*id, member.clone()))
+                .collect();
+            let matched: BTreeMap<NodeId, Option<LogId<NodeId>>> = if slow.is_empty() {
+                BTreeMap::new()
+            } else {
+                m.replication.clone().unwrap_or_default()
+            };
+            (m.vote, applied, matched, slow)
         };
-        let matched: BTreeMap<NodeId, Option<LogId<NodeId>>> =
-            m.replication.clone().unwrap_or_default();
-        let members: Vec<(NodeId, Member)> = m
-            .membership_config
-            .membership()
-            .nodes()
-            .filter(|(id, _)| **id != me)
-            .map(|(id, member)| (*id, member.clone()))
-            .collect();
+        // Followers over perfect or cut links get nothing relayed.
         followers.retain(|id, _| members.iter().any(|(m, _)| m == id));
         for (id, member) in members {
-            let link = network.faults().link(me, id);
-            if link.cut || (link.delay.is_zero() && link.jitter.is_zero()) {
-                followers.remove(&id);
-                continue;
-            }
             let follower = followers.entry(id).or_insert_with(|| Follower {
                 sent: None,
                 queue: spawn_sender(&network, id, member, &tasks, cancel.clone()),
@@ -130,7 +138,7 @@ async fn run(
             }
             let sent = entries.last().map(|e| e.log_id);
             let request = AppendEntriesRequest {
-                vote: m.vote,
+                vote,
                 prev_log_id: Some(prev),
                 entries,
                 leader_commit: Some(applied),
