@@ -316,19 +316,7 @@ async fn view_lag_follows_the_link_latency() -> anyhow::Result<()> {
     sim.stop().await;
     let lags = measured?;
 
-    let slack = (latency / 4).max(TICK);
-    let sh = lags[&3].p50;
-    assert!(
-        sh >= latency - slack && sh <= latency + slack,
-        "sh's p50 view lag {sh:?} is not within {latency:?} ± {slack:?}"
-    );
-    for id in [1, 2] {
-        let hz = lags[&id].p50;
-        assert!(
-            hz < TICK,
-            "hz node {id}'s p50 view lag {hz:?} is not below {TICK:?}"
-        );
-    }
+    assert_sh_behind_by(&lags, latency, (latency / 4).max(TICK));
     Ok(())
 }
 
@@ -440,19 +428,7 @@ async fn a_dc_apply_delay_holds_that_dcs_view_back() -> anyhow::Result<()> {
     sim.stop().await;
     let lags = measured?;
 
-    let slack = TICK;
-    let sh = lags[&3].p50;
-    assert!(
-        sh >= delay - slack && sh <= delay + slack,
-        "sh's p50 view lag {sh:?} is not within {delay:?} ± {slack:?}"
-    );
-    for id in [1, 2] {
-        let hz = lags[&id].p50;
-        assert!(
-            hz < TICK,
-            "hz node {id}'s p50 view lag {hz:?} is not below {TICK:?}"
-        );
-    }
+    assert_sh_behind_by(&lags, delay, TICK);
     Ok(())
 }
 
@@ -947,4 +923,21 @@ async fn a_paused_node_falls_behind_and_catches_up_on_resume() -> anyhow::Result
     .await;
     sim.stop().await;
     result
+}
+
+/// Asserts node 3 (sh) has a p50 view lag within `expected ± slack` and
+/// nodes 1 and 2 (hz) one below a tick.
+fn assert_sh_behind_by(lags: &BTreeMap<u64, Summary>, expected: Duration, slack: Duration) {
+    let sh = lags[&3].p50;
+    assert!(
+        sh >= expected - slack && sh <= expected + slack,
+        "sh's p50 view lag {sh:?} is not within {expected:?} ± {slack:?}"
+    );
+    for id in [1, 2] {
+        let hz = lags[&id].p50;
+        assert!(
+            hz < TICK,
+            "hz node {id}'s p50 view lag {hz:?} is not below {TICK:?}"
+        );
+    }
 }
