@@ -9,10 +9,11 @@
 //! it, exits 0 against a running node and non-zero where nothing listens.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Parser;
 use serde_norway::Value;
@@ -496,27 +497,31 @@ fn ctl_health_exits_zero_against_a_running_node_and_nonzero_where_nothing_listen
     let mut node = Node(
         understudy()
             .args(["--http-port", &http.to_string(), "--grpc-port", "0"])
-            .args(["--log", "error"])
+            .args(["--log", "info"])
             .stdout(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("the understudy binary starts"),
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let answer = loop {
-        let output = health(http);
-        if output.status.success() {
-            break output;
+    // The node logs that it serves once it leads its one-member cluster.
+    let log = BufReader::new(node.0.stderr.take().expect("a stderr pipe"));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in log.lines().map_while(Result::ok) {
+            if line.contains("serving the Nacos HTTP and gRPC APIs") {
+                let _ = tx.send(());
+            }
         }
-        if let Ok(Some(exit)) = node.0.try_wait() {
-            panic!("the node exited early: {exit}");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "ctl health never succeeded: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    });
+    let within = Duration::from_secs(30);
+    rx.recv_timeout(within)
+        .unwrap_or_else(|_| panic!("the node did not serve within {within:?}"));
+    let answer = health(http);
+    assert!(
+        answer.status.success(),
+        "ctl health failed against a serving node: {}",
+        String::from_utf8_lossy(&answer.stderr)
+    );
     let stdout = String::from_utf8_lossy(&answer.stdout);
     assert!(stdout.contains("\"UP\""), "{stdout}");
     drop(node);
