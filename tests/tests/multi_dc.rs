@@ -216,6 +216,22 @@ fn http_client() -> reqwest::Client {
 
 /// Registers a persistent instance through `at`'s Open API; the status
 /// and body of the answer.
+/// Registers `ip:8080` through the node at `at` (node 1) and requires `ok`.
+async fn register_ok(
+    http: &reqwest::Client,
+    at: SocketAddr,
+    service: &str,
+    ip: &str,
+) -> anyhow::Result<()> {
+    let (status, body) = register(http, at, service, ip, 8080).await?;
+    println!("write through node 1: {status} {body:?}");
+    anyhow::ensure!(
+        status.is_success() && body == "ok",
+        "write through node 1 answered {status} {body:?}"
+    );
+    Ok(())
+}
+
 async fn register(
     http: &reqwest::Client,
     at: SocketAddr,
@@ -378,12 +394,7 @@ async fn a_partitioned_minority_dc_stalls_refuses_writes_and_converges_after_hea
 
         // The majority takes writes.
         let node1 = sim.nodes()[&1].http;
-        let (status, body) = register(&http, node1, "multi-dc", "10.0.1.1", 8080).await?;
-        println!("write through node 1: {status} {body:?}");
-        anyhow::ensure!(
-            status.is_success() && body == "ok",
-            "write through node 1 answered {status} {body:?}"
-        );
+        register_ok(&http, node1, "multi-dc", "10.0.1.1").await?;
         anyhow::ensure!(
             !listed_ips(&http, node3, "multi-dc")
                 .await?
@@ -458,12 +469,7 @@ async fn a_minority_dc_cut_off_past_its_election_timeout_rejoins_without_deposin
         let cut_at = Instant::now();
 
         let node1 = sim.nodes()[&1].http;
-        let (status, body) = register(&http, node1, "multi-dc", "10.0.1.2", 8080).await?;
-        println!("write through node 1: {status} {body:?}");
-        anyhow::ensure!(
-            status.is_success() && body == "ok",
-            "write through node 1 answered {status} {body:?}"
-        );
+        register_ok(&http, node1, "multi-dc", "10.0.1.2").await?;
 
         // Hold the partition past sh's longest election timeout.
         let election_max = Duration::from_millis(
@@ -824,12 +830,7 @@ async fn a_paused_node_falls_behind_and_catches_up_on_resume() -> anyhow::Result
         // The majority takes a write node 3 does not get while paused.
         let node1 = sim.nodes()[&1].http;
         let node3 = sim.nodes()[&3].http;
-        let (status, body) = register(&http, node1, "paused", "10.0.1.3", 8080).await?;
-        println!("write through node 1: {status} {body:?}");
-        anyhow::ensure!(
-            status.is_success() && body == "ok",
-            "write through node 1 answered {status} {body:?}"
-        );
+        register_ok(&http, node1, "paused", "10.0.1.3").await?;
         anyhow::ensure!(
             !listed_ips(&http, node3, "paused")
                 .await?
