@@ -1,5 +1,5 @@
-//! understudy-benches: shared fixtures for the criterion benches (and,
-//! later, the load generator).
+//! understudy-benches: shared fixtures for the criterion benches, the load
+//! generator ([`load`]) and the cluster-layer simulations ([`sim`]).
 //!
 //! The standard layout is 1000 services of 100 instances (100k in all),
 //! each instance beat-owned, spread over two clusters, so that queries,
@@ -113,5 +113,5 @@ pub fn populated() -> (Registry, Liveness) {
     (registry, liveness)
 }
 
-pub mod loadgen;
+pub mod load;
 pub mod sim;

@@ -1,0 +1,267 @@
+//! `load`: the load generator. Drives a Nacos-compatible server over its
+//! gRPC and HTTP APIs as real clients do, one mode at a time, and prints a
+//! human line and a JSON line per run; `compare` runs every mode against
+//! understudy, r-nacos and the machine's ceilings in one run.
+//!
+//! ```text
+//! load register --grpc 127.0.0.1:9848 --pid $(pidof understudy)
+//! load limit                 # the bare tonic echo and hyper ceilings
+//! load compare               # everything, against everyone, with ratios
+//! ```
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use understudy_benches::load::{self, compare, procfs::Watched, Run, Target};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "load",
+    about = "Load generator for Nacos-compatible registries"
+)]
+struct Cli {
+    #[command(subcommand)]
+    mode: Mode,
+}
+
+#[derive(Debug, Subcommand)]
+enum Mode {
+    /// gRPC registrations, each a real change (through raft on understudy).
+    Register {
+        #[command(flatten)]
+        server: Server,
+        #[command(flatten)]
+        load: Load,
+        /// Services the registrations spread over.
+        #[arg(long, default_value_t = 64)]
+        services: usize,
+    },
+    /// gRPC queries of 16 services of 10 instances.
+    Query {
+        #[command(flatten)]
+        server: Server,
+        #[command(flatten)]
+        load: Load,
+    },
+    /// HTTP v1 light beats.
+    Beat {
+        #[command(flatten)]
+        server: Server,
+        #[command(flatten)]
+        load: Load,
+    },
+    /// Push latency from a write's acknowledgement to each subscriber.
+    Push {
+        #[command(flatten)]
+        server: Server,
+        /// Subscribers of the pushed service.
+        #[arg(long, default_value_t = 1000)]
+        subscribers: usize,
+        /// Changes, one at a time.
+        #[arg(long, default_value_t = 20)]
+        changes: usize,
+    },
+    /// RSS per instance (needs --pid).
+    Memory {
+        #[command(flatten)]
+        server: Server,
+        /// Services.
+        #[arg(long, default_value_t = 10_000)]
+        services: usize,
+        /// Instances per service.
+        #[arg(long, default_value_t = 10)]
+        per_service: usize,
+    },
+    /// RSS per idle gRPC connection (needs --pid).
+    Idle {
+        #[command(flatten)]
+        server: Server,
+        /// Connections.
+        #[arg(long, default_value_t = 1000)]
+        connections: usize,
+    },
+    /// The machine's ceiling: register, query and beat shapes against a
+    /// bare tonic echo and a bare hyper server, started as a child process.
+    Limit {
+        #[command(flatten)]
+        load: Load,
+    },
+    /// Serves the bare tonic echo and hyper ceilings (used by `limit` and
+    /// `compare`).
+    Ceiling {
+        /// gRPC port.
+        #[arg(long, default_value_t = 0)]
+        grpc_port: u16,
+        /// HTTP port.
+        #[arg(long, default_value_t = 0)]
+        http_port: u16,
+    },
+    /// Every mode against understudy, r-nacos and the ceilings, in one run.
+    Compare(CompareArgs),
+}
+
+#[derive(Debug, Args)]
+struct Server {
+    /// gRPC address (several, comma-separated, for a cluster).
+    #[arg(long, value_delimiter = ',', default_value = "127.0.0.1:9848")]
+    grpc: Vec<SocketAddr>,
+    /// HTTP address (several, comma-separated, for a cluster).
+    #[arg(long, value_delimiter = ',', default_value = "127.0.0.1:8848")]
+    http: Vec<SocketAddr>,
+    /// The server's process ids, for its CPU time and memory.
+    #[arg(long, value_delimiter = ',')]
+    pid: Vec<u32>,
+    /// Its name in the report.
+    #[arg(long, default_value = "server")]
+    name: String,
+}
+
+impl Server {
+    fn target(self) -> Target {
+        Target {
+            name: self.name,
+            grpc: self.grpc,
+            http: self.http,
+            watched: Watched::new(self.pid),
+            echo: false,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+struct Load {
+    /// Connections.
+    #[arg(long, default_value_t = 32)]
+    clients: usize,
+    /// Seconds of load.
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+}
+
+impl Load {
+    fn duration(&self) -> Duration {
+        Duration::from_secs_f64(self.seconds)
+    }
+}
+
+#[derive(Debug, Args)]
+struct CompareArgs {
+    /// Rounds (each runs every server once; the order alternates).
+    #[arg(long, default_value_t = 2)]
+    rounds: usize,
+    /// Seconds per throughput run.
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// Connections for the throughput runs.
+    #[arg(long, default_value_t = 32)]
+    clients: usize,
+    /// Subscribers in the push run.
+    #[arg(long, default_value_t = 1000)]
+    subscribers: usize,
+    /// Changes in the push run.
+    #[arg(long, default_value_t = 20)]
+    changes: usize,
+    /// Services in the memory run (of 10 instances each).
+    #[arg(long, default_value_t = 10_000)]
+    memory_services: usize,
+    /// Connections in the idle run.
+    #[arg(long, default_value_t = 1000)]
+    idle_connections: usize,
+    /// Nodes of the cluster register run (below 2: none).
+    #[arg(long, default_value_t = 3)]
+    cluster_nodes: usize,
+    /// The understudy binary [default: `understudy` beside this one].
+    #[arg(long)]
+    understudy: Option<PathBuf>,
+    /// The r-nacos binary [default: `rnacos` on the PATH; none: skipped].
+    #[arg(long)]
+    rnacos: Option<PathBuf>,
+    /// Where the JSON lines of every run go.
+    #[arg(long, default_value = "target/compare.jsonl")]
+    json: PathBuf,
+}
+
+fn print(run: &Run) {
+    println!("{run}");
+    println!("{}", run.json());
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    match Cli::parse().mode {
+        Mode::Register {
+            server,
+            load,
+            services,
+        } => {
+            print(&load::register(&server.target(), load.clients, services, load.duration()).await?)
+        }
+        Mode::Query { server, load } => {
+            print(&load::query(&server.target(), load.clients, load.duration()).await?)
+        }
+        Mode::Beat { server, load } => {
+            print(&load::beat(&server.target(), load.clients, load.duration()).await?)
+        }
+        Mode::Push {
+            server,
+            subscribers,
+            changes,
+        } => print(&load::push(&server.target(), subscribers, changes).await?),
+        Mode::Memory {
+            server,
+            services,
+            per_service,
+        } => print(&load::memory(&server.target(), services, per_service).await?),
+        Mode::Idle {
+            server,
+            connections,
+        } => print(&load::idle(&server.target(), connections).await?),
+        Mode::Limit { load } => {
+            for run in compare::ceiling_only(load.clients, load.duration()).await? {
+                print(&run);
+            }
+        }
+        Mode::Ceiling {
+            grpc_port,
+            http_port,
+        } => {
+            let (grpc, http) = load::ceiling::bind(grpc_port, http_port).await?;
+            println!(
+                "ceiling: gRPC echo on {}, HTTP on {}",
+                grpc.local_addr()?,
+                http.local_addr()?
+            );
+            load::ceiling::serve(grpc, http).await?;
+        }
+        Mode::Compare(args) => {
+            let me = std::env::current_exe()?;
+            let understudy = args
+                .understudy
+                .unwrap_or_else(|| me.with_file_name("understudy"));
+            anyhow::ensure!(
+                understudy.is_file(),
+                "no understudy binary at {} (build it: cargo build --release -p understudy-server)",
+                understudy.display()
+            );
+            let plan = compare::Plan {
+                rounds: args.rounds,
+                seconds: args.seconds,
+                clients: args.clients,
+                services: 64,
+                subscribers: args.subscribers,
+                changes: args.changes,
+                memory_services: args.memory_services,
+                memory_per_service: 10,
+                idle_connections: args.idle_connections,
+                cluster_nodes: args.cluster_nodes,
+                understudy,
+                rnacos: args.rnacos.or_else(compare::find_rnacos),
+                me,
+            };
+            compare::run(&plan, &args.json).await?;
+        }
+    }
+    Ok(())
+}

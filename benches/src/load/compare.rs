@@ -1,0 +1,631 @@
+//! The comparison: every mode against understudy, r-nacos (when its
+//! binary is found) and the bare transport ceilings, in one run, the
+//! servers alternating round by round, each mode on a freshly started
+//! server process; then the ratios against the targets.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::procfs::Watched;
+use super::{Run, Target};
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Rounds; each runs every server once.
+    pub rounds: usize,
+    /// Seconds per throughput run.
+    pub seconds: f64,
+    /// Connections for the throughput runs.
+    pub clients: usize,
+    /// Services the register run spreads over.
+    pub services: usize,
+    /// Subscribers of the pushed service.
+    pub subscribers: usize,
+    /// Changes pushed to them.
+    pub changes: usize,
+    /// Services in the memory run.
+    pub memory_services: usize,
+    /// Instances per service in the memory run.
+    pub memory_per_service: usize,
+    /// Connections in the idle run.
+    pub idle_connections: usize,
+    /// Nodes of the cluster register run (below 2: none).
+    pub cluster_nodes: usize,
+    /// The `understudy` binary.
+    pub understudy: PathBuf,
+    /// The `rnacos` binary, if there is one.
+    pub rnacos: Option<PathBuf>,
+    /// This load generator's binary (it serves the ceilings).
+    pub me: PathBuf,
+}
+
+/// Which server a process is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Ceiling,
+    Understudy,
+    RNacos,
+}
+
+/// Started server processes, killed when dropped.
+pub struct Spawned {
+    children: Vec<Child>,
+    target: Target,
+    startup: Duration,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Spawned {
+    /// The server as a load target.
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// From spawning to the first acknowledged registration.
+    pub fn startup(&self) -> Duration {
+        self.startup
+    }
+}
+
+/// Starts r-nacos from `path` on free ports, with its data in a fresh
+/// temporary directory.
+pub async fn start_rnacos(path: &Path) -> anyhow::Result<Spawned> {
+    let plan = Plan {
+        rnacos: Some(path.to_owned()),
+        ..Plan::empty()
+    };
+    spawn(&plan, Kind::RNacos, 1, &mut Ports::default()).await
+}
+
+impl Plan {
+    /// A plan that runs nothing, for starting single servers.
+    fn empty() -> Self {
+        Self {
+            rounds: 0,
+            seconds: 0.0,
+            clients: 0,
+            services: 64,
+            subscribers: 0,
+            changes: 0,
+            memory_services: 0,
+            memory_per_service: 0,
+            idle_connections: 0,
+            cluster_nodes: 0,
+            understudy: PathBuf::new(),
+            rnacos: None,
+            me: std::env::current_exe().unwrap_or_default(),
+        }
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Ports, never handing the same one out twice in a run.
+#[derive(Default)]
+struct Ports(BTreeSet<u16>);
+
+impl Ports {
+    fn one(&mut self) -> anyhow::Result<u16> {
+        loop {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")?
+                .local_addr()?
+                .port();
+            if self.0.insert(port) {
+                return Ok(port);
+            }
+        }
+    }
+
+    /// A Nacos pair: HTTP on P, gRPC on P + 1000, as every SDK expects.
+    fn nacos_pair(&mut self) -> anyhow::Result<(u16, u16)> {
+        loop {
+            let http = self.one()?;
+            let Some(grpc) = http.checked_add(1000) else {
+                continue;
+            };
+            if std::net::TcpListener::bind(("127.0.0.1", grpc)).is_ok() && self.0.insert(grpc) {
+                return Ok((http, grpc));
+            }
+        }
+    }
+}
+
+fn local(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+fn pid(child: &Child) -> u32 {
+    child.id()
+}
+
+async fn spawn(
+    plan: &Plan,
+    kind: Kind,
+    nodes: usize,
+    ports: &mut Ports,
+) -> anyhow::Result<Spawned> {
+    let nodes = nodes.max(1);
+    let mut pairs = Vec::with_capacity(nodes);
+    for _ in 0..nodes {
+        let (http, grpc) = ports.nacos_pair()?;
+        pairs.push((http, grpc, ports.one()?));
+    }
+    let mut dir = None;
+    let spawned_at = Instant::now();
+    let mut children = Vec::with_capacity(nodes);
+    for (n, (http, grpc, raft)) in pairs.iter().enumerate() {
+        let mut command = match kind {
+            Kind::Ceiling => {
+                let mut c = Command::new(&plan.me);
+                c.args([
+                    "ceiling",
+                    "--grpc-port",
+                    &grpc.to_string(),
+                    "--http-port",
+                    &http.to_string(),
+                ]);
+                c
+            }
+            Kind::Understudy => {
+                let mut c = Command::new(&plan.understudy);
+                for (key, _) in std::env::vars() {
+                    if key.starts_with("UNDERSTUDY_") {
+                        c.env_remove(key);
+                    }
+                }
+                c.args([
+                    "--http-port",
+                    &http.to_string(),
+                    "--grpc-port",
+                    &grpc.to_string(),
+                ]);
+                c.args(["--log", "error,openraft=off"]);
+                if nodes > 1 {
+                    let id = n + 1;
+                    c.args([
+                        "--node-id",
+                        &id.to_string(),
+                        "--raft-port",
+                        &raft.to_string(),
+                    ]);
+                    for (p, (_, _, peer_raft)) in pairs.iter().enumerate() {
+                        if p != n {
+                            c.args(["--peer", &format!("{}=127.0.0.1:{peer_raft}", p + 1)]);
+                        }
+                    }
+                }
+                c
+            }
+            Kind::RNacos => {
+                let path = plan.rnacos.as_ref().expect("r-nacos runs only when found");
+                let data = tempfile::tempdir()?;
+                let mut c = Command::new(path);
+                c.current_dir(data.path())
+                    .env("RNACOS_HTTP_PORT", http.to_string())
+                    .env("RNACOS_GRPC_PORT", grpc.to_string())
+                    .env("RNACOS_HTTP_CONSOLE_PORT", raft.to_string())
+                    .env("RNACOS_DATA_DIR", data.path())
+                    .env("RNACOS_RAFT_NODE_ADDR", format!("127.0.0.1:{grpc}"))
+                    .env("RUST_LOG", "error");
+                dir = Some(data);
+                c
+            }
+        };
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| anyhow::anyhow!("starting {kind:?}: {e}"))?;
+        children.push(child);
+    }
+    let grpc: Vec<SocketAddr> = pairs.iter().map(|p| local(p.1)).collect();
+    let http: Vec<SocketAddr> = pairs.iter().map(|p| local(p.0)).collect();
+    let startup = match kind {
+        Kind::Ceiling => {
+            let deadline = spawned_at + Duration::from_secs(20);
+            for addr in grpc.iter().chain(&http) {
+                while tokio::net::TcpStream::connect(addr).await.is_err() {
+                    anyhow::ensure!(
+                        Instant::now() < deadline,
+                        "the ceiling never listened on {addr}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            }
+            spawned_at.elapsed()
+        }
+        _ => {
+            let mut slowest = Duration::ZERO;
+            for addr in &grpc {
+                slowest =
+                    slowest.max(super::ready(*addr, spawned_at, Duration::from_secs(60)).await?);
+            }
+            slowest
+        }
+    };
+    let name = match (kind, nodes) {
+        (Kind::Ceiling, _) => "ceiling".to_owned(),
+        (Kind::Understudy, 1) => "understudy".to_owned(),
+        (Kind::Understudy, n) => format!("understudy×{n}"),
+        (Kind::RNacos, _) => "r-nacos".to_owned(),
+    };
+    let watched = Watched::new(children.iter().map(pid).collect());
+    Ok(Spawned {
+        children,
+        target: Target {
+            name,
+            grpc,
+            http,
+            watched,
+            echo: kind == Kind::Ceiling,
+        },
+        startup,
+        _dir: dir,
+    })
+}
+
+/// Runs the plan; every run is printed as it ends (a human line, then
+/// its JSON line) and written to `json`; the summary table follows.
+pub async fn run(plan: &Plan, json: &Path) -> anyhow::Result<Vec<Run>> {
+    let mut kinds = vec![Kind::Ceiling, Kind::Understudy];
+    match &plan.rnacos {
+        Some(path) => {
+            println!("r-nacos: {}", path.display());
+            kinds.push(Kind::RNacos);
+        }
+        None => println!(
+            "\n!!! r-nacos NOT FOUND: its columns stay empty. Install it with \
+             `cargo install rnacos --locked` (or pass --rnacos PATH) to compare. !!!\n"
+        ),
+    }
+    let mut out = std::fs::File::create(json)?;
+    let mut runs = Vec::new();
+    let mut ports = Ports::default();
+    let seconds = Duration::from_secs_f64(plan.seconds);
+    for round in 1..=plan.rounds {
+        println!("-- round {round} of {}", plan.rounds);
+        // Alternate the order, so neither server always runs first.
+        let mut order = kinds.clone();
+        if round % 2 == 0 {
+            order.reverse();
+        }
+        for &kind in &order {
+            let mut record = |run: Run| -> anyhow::Result<()> {
+                println!("{run}");
+                writeln!(out, "{}", run.json())?;
+                runs.push(run);
+                Ok(())
+            };
+            let server = spawn(plan, kind, 1, &mut ports).await?;
+            let t = &server.target;
+            if kind != Kind::Ceiling {
+                let mut startup = Run::new("startup", t, "spawn to first registration".into());
+                startup.startup_ms = Some(server.startup.as_secs_f64() * 1000.0);
+                record(startup)?;
+            }
+            record(super::register(t, plan.clients, plan.services, seconds).await?)?;
+            record(super::query(t, plan.clients, seconds).await?)?;
+            record(super::beat(t, plan.clients, seconds).await?)?;
+            if kind == Kind::Ceiling {
+                continue;
+            }
+            record(super::push(t, plan.subscribers, plan.changes).await?)?;
+            drop(server);
+            let server = spawn(plan, kind, 1, &mut ports).await?;
+            record(super::idle(&server.target, plan.idle_connections).await?)?;
+            drop(server);
+            let server = spawn(plan, kind, 1, &mut ports).await?;
+            let memory = super::memory(
+                &server.target,
+                plan.memory_services,
+                plan.memory_per_service,
+            );
+            record(memory.await?)?;
+            drop(server);
+            if kind == Kind::Understudy && plan.cluster_nodes > 1 {
+                let cluster = spawn(plan, kind, plan.cluster_nodes, &mut ports).await?;
+                let t = &cluster.target;
+                record(super::register(t, plan.clients, plan.services, seconds).await?)?;
+            }
+        }
+    }
+    println!("\n{}", summary(&runs, plan));
+    Ok(runs)
+}
+
+/// The median of the runs' values.
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    Some(if values.len() % 2 == 1 {
+        values[mid]
+    } else {
+        (values[mid - 1] + values[mid]) / 2.0
+    })
+}
+
+/// Median figures per (target, mode).
+struct Figures(BTreeMap<(String, String), Vec<Run>>);
+
+impl Figures {
+    fn of(runs: &[Run]) -> Self {
+        let mut by = BTreeMap::<(String, String), Vec<Run>>::new();
+        for run in runs {
+            by.entry((run.target.clone(), run.mode.clone()))
+                .or_default()
+                .push(run.clone());
+        }
+        Self(by)
+    }
+
+    fn get(&self, target: &str, mode: &str, field: impl Fn(&Run) -> Option<f64>) -> Option<f64> {
+        let runs = self.0.get(&(target.to_owned(), mode.to_owned()))?;
+        median(runs.iter().filter_map(field).collect())
+    }
+
+    fn rate(&self, target: &str, mode: &str) -> Option<f64> {
+        self.get(target, mode, |r| Some(r.ops_per_sec))
+    }
+
+    fn per_cpu(&self, target: &str, mode: &str) -> Option<f64> {
+        self.get(target, mode, |r| r.ops_per_cpu_second)
+    }
+}
+
+fn num(v: Option<f64>, unit: &str) -> String {
+    match v {
+        None => "—".to_owned(),
+        Some(v) if v >= 10_000.0 => format!("{:.1}k{unit}", v / 1000.0),
+        Some(v) if v >= 100.0 => format!("{v:.0}{unit}"),
+        Some(v) => format!("{v:.2}{unit}"),
+    }
+}
+
+/// One target of the issue: a measured figure, what it is compared with,
+/// and whether it holds.
+struct Row {
+    what: String,
+    ours: String,
+    other: String,
+    ratio: String,
+    wanted: String,
+    met: &'static str,
+}
+
+fn verdict(holds: Option<bool>) -> &'static str {
+    match holds {
+        Some(true) => "met",
+        Some(false) => "MISSED",
+        None => "not measured",
+    }
+}
+
+fn ratio_row(what: &str, ours: Option<f64>, other: Option<f64>, unit: &str, wanted: f64) -> Row {
+    let ratio = ours
+        .zip(other)
+        .filter(|(_, o)| *o > 0.0)
+        .map(|(u, o)| u / o);
+    Row {
+        what: what.to_owned(),
+        ours: num(ours, unit),
+        other: num(other, unit),
+        ratio: ratio.map_or("—".into(), |r| format!("{r:.2}×")),
+        wanted: format!("≥ {wanted}×"),
+        met: verdict(ratio.map(|r| r >= wanted)),
+    }
+}
+
+fn bound_row(what: &str, ours: Option<f64>, other: Option<f64>, unit: &str, most: f64) -> Row {
+    Row {
+        what: what.to_owned(),
+        ours: num(ours, unit),
+        other: num(other, unit),
+        ratio: "".to_owned(),
+        wanted: format!("≤ {}", num(Some(most), unit)),
+        met: verdict(ours.map(|v| v <= most)),
+    }
+}
+
+/// The summary: every target of the comparison with its verdict, then the
+/// medians of every (server, mode).
+pub fn summary(runs: &[Run], plan: &Plan) -> String {
+    let f = Figures::of(runs);
+    let (u, r, c) = ("understudy", "r-nacos", "ceiling");
+    let cluster = format!("understudy×{}", plan.cluster_nodes);
+    let mut rows = vec![
+        ratio_row(
+            "gRPC query ÷ tonic echo (ops/s)",
+            f.rate(u, "query"),
+            f.rate(c, "query"),
+            "",
+            0.85,
+        ),
+        ratio_row(
+            "gRPC query ÷ r-nacos (ops per server CPU-s)",
+            f.per_cpu(u, "query"),
+            f.per_cpu(r, "query"),
+            "",
+            2.5,
+        ),
+        ratio_row(
+            "gRPC register ÷ tonic echo (ops/s)",
+            f.rate(u, "register"),
+            f.rate(c, "register"),
+            "",
+            0.7,
+        ),
+        ratio_row(
+            "gRPC register ÷ r-nacos (ops per server CPU-s)",
+            f.per_cpu(u, "register"),
+            f.per_cpu(r, "register"),
+            "",
+            1.5,
+        ),
+        ratio_row(
+            "HTTP beat ÷ hyper (ops/s)",
+            f.rate(u, "beat"),
+            f.rate(c, "beat"),
+            "",
+            0.6,
+        ),
+        ratio_row(
+            "HTTP beat ÷ r-nacos (ops per server CPU-s)",
+            f.per_cpu(u, "beat"),
+            f.per_cpu(r, "beat"),
+            "",
+            2.0,
+        ),
+    ];
+    let p99 = |t: &str| f.get(t, "push", |r| r.p99_ms);
+    let missed = |t: &str| {
+        f.0.get(&(t.to_owned(), "push".to_owned()))
+            .map(|runs| runs.iter().filter_map(|r| r.missed).sum::<u64>())
+    };
+    let mut push = bound_row(
+        &format!(
+            "push p99, write ack → delivery, {} subscribers (ms)",
+            plan.subscribers
+        ),
+        p99(u),
+        p99(r),
+        "",
+        20.0,
+    );
+    if let Some(m) = missed(u) {
+        push.ours = format!("{}, {m} missed", push.ours);
+        if m > 0 {
+            push.met = "MISSED";
+        }
+    }
+    if let Some(m) = missed(r) {
+        push.other = format!("{}, {m} missed", push.other);
+    }
+    push.wanted = "≤ 20, 0 missed".into();
+    rows.push(push);
+    let per_instance = |t: &str| f.get(t, "memory", |r| r.rss_bytes_per_instance);
+    rows.push(bound_row(
+        "RSS per instance (bytes)",
+        per_instance(u),
+        per_instance(r),
+        "",
+        500.0,
+    ));
+    let per_conn = |t: &str| {
+        f.get(t, "idle", |r| {
+            r.rss_bytes_per_connection.map(|b| b / 1024.0)
+        })
+    };
+    rows.push(bound_row(
+        "RSS per idle gRPC connection (kB)",
+        per_conn(u),
+        per_conn(r),
+        "",
+        20.0,
+    ));
+    if plan.cluster_nodes > 1 {
+        let mut row = ratio_row(
+            &format!("{}-node register ÷ single node (ops/s)", plan.cluster_nodes),
+            f.rate(&cluster, "register"),
+            f.rate(u, "register"),
+            "",
+            0.5,
+        );
+        row.other = format!("{} (single node)", row.other);
+        rows.push(row);
+    }
+    let startup = |t: &str| f.get(t, "startup", |r| r.startup_ms);
+    rows.push(bound_row(
+        "start-up to first acknowledged registration (ms)",
+        startup(u),
+        startup(r),
+        "",
+        100.0,
+    ));
+
+    let mut text = String::new();
+    text.push_str("| target | understudy | compared with (r-nacos, or as named) | ratio | wanted | verdict |\n");
+    text.push_str("|---|---|---|---|---|---|\n");
+    for row in rows {
+        text.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} |\n",
+            row.what, row.ours, row.other, row.ratio, row.wanted, row.met
+        ));
+    }
+    text.push_str("\nMedians over the rounds:\n\n");
+    text.push_str(
+        "| server | mode | shape | ops/s | ops per server CPU-s | p50 ms | p99 ms | other |\n",
+    );
+    text.push_str("|---|---|---|---|---|---|---|---|\n");
+    for ((target, mode), list) in &f.0 {
+        let med =
+            |field: &dyn Fn(&Run) -> Option<f64>| median(list.iter().filter_map(field).collect());
+        let other = if mode == "memory" {
+            format!("{} B/instance", num(med(&|r| r.rss_bytes_per_instance), ""))
+        } else if mode == "idle" {
+            format!(
+                "{} kB/connection",
+                num(med(&|r| r.rss_bytes_per_connection.map(|b| b / 1024.0)), "")
+            )
+        } else if mode == "startup" {
+            format!("ready in {} ms", num(med(&|r| r.startup_ms), ""))
+        } else if mode == "push" {
+            format!(
+                "{} missed",
+                list.iter().filter_map(|r| r.missed).sum::<u64>()
+            )
+        } else {
+            String::new()
+        };
+        let rate = if mode == "startup" {
+            None
+        } else {
+            med(&|r| Some(r.ops_per_sec))
+        };
+        text.push_str(&format!(
+            "| {target} | {mode} | {} | {} | {} | {} | {} | {other} |\n",
+            list[0].shape,
+            num(rate, ""),
+            num(med(&|r| r.ops_per_cpu_second), ""),
+            num(med(&|r| r.p50_ms), ""),
+            num(med(&|r| r.p99_ms), ""),
+        ));
+    }
+    text
+}
+
+/// `rnacos` on the PATH, if it is there.
+pub fn find_rnacos() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("rnacos"))
+        .find(|candidate| candidate.is_file())
+}
+
+/// The ceilings alone: register, query and beat shapes against a freshly
+/// started ceiling process.
+pub async fn ceiling_only(clients: usize, seconds: Duration) -> anyhow::Result<Vec<Run>> {
+    let plan = Plan::empty();
+    let server = spawn(&plan, Kind::Ceiling, 1, &mut Ports::default()).await?;
+    let t = &server.target;
+    Ok(vec![
+        super::register(t, clients, plan.services, seconds).await?,
+        super::query(t, clients, seconds).await?,
+        super::beat(t, clients, seconds).await?,
+    ])
+}

@@ -1,0 +1,90 @@
+//! The load generator's modes against an in-process understudy and the
+//! in-process ceilings, briefly: every mode runs, checks what it gets and
+//! reports figures. With r-nacos installed (`rnacos` on the PATH), the
+//! same modes run against it, so the comparison keeps working; without
+//! it that part is skipped loudly. The figures themselves are for
+//! `load compare` on a release build, never asserted here.
+
+use std::time::Duration;
+
+use understudy_benches::load::{self, procfs::Watched, Target};
+
+const BRIEF: Duration = Duration::from_millis(300);
+
+/// Every mode against `target`, asserting that each ran and counted.
+async fn every_mode(target: &Target) -> anyhow::Result<()> {
+    let register = load::register(target, 4, 8, BRIEF).await?;
+    assert!(register.ops > 0, "{register}");
+    let cpu = register.server_cpu_seconds.expect("a watched target");
+    assert!(cpu > 0.0, "{register}");
+    let query = load::query(target, 4, BRIEF).await?;
+    assert!(query.ops > 0 && query.p99_ms.is_some(), "{query}");
+    let beat = load::beat(target, 4, BRIEF).await?;
+    assert!(beat.ops > 0, "{beat}");
+    let push = load::push(target, 20, 3).await?;
+    assert_eq!(push.missed, Some(0), "{push}");
+    assert_eq!(push.ops, 60, "{push}");
+    let idle = load::idle(target, 20).await?;
+    assert!(idle.rss_bytes_per_connection.is_some(), "{idle}");
+    let memory = load::memory(target, 50, 4).await?;
+    assert_eq!(memory.ops, 200, "{memory}");
+    assert!(memory.rss_bytes_per_instance.is_some(), "{memory}");
+    // Every run is one JSON line naming its mode.
+    for run in [register, query, beat, push, idle, memory] {
+        let json: serde_json::Value = serde_json::from_str(&run.json())?;
+        assert_eq!(json["mode"], run.mode.as_str());
+        assert!(!run.json().contains('\n'));
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_mode_runs_against_understudy() -> anyhow::Result<()> {
+    let server =
+        understudy_tests::Server::start(understudy_server::config::Settings::default()).await?;
+    let target = Target {
+        name: "understudy".into(),
+        grpc: vec![server.grpc],
+        http: vec![server.http],
+        watched: Watched::new(vec![std::process::id()]),
+        echo: false,
+    };
+    every_mode(&target).await?;
+    server.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ceilings_answer_every_shape() -> anyhow::Result<()> {
+    let (grpc, http) = load::ceiling::bind(0, 0).await?;
+    let target = Target {
+        name: "ceiling".into(),
+        grpc: vec![grpc.local_addr()?],
+        http: vec![http.local_addr()?],
+        watched: Watched::new(vec![std::process::id()]),
+        echo: true,
+    };
+    let serving = tokio::spawn(load::ceiling::serve(grpc, http));
+    for run in [
+        load::register(&target, 4, 8, BRIEF).await?,
+        load::query(&target, 4, BRIEF).await?,
+        load::beat(&target, 4, BRIEF).await?,
+    ] {
+        assert!(run.ops > 0, "{run}");
+    }
+    serving.abort();
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_mode_runs_against_r_nacos_when_installed() -> anyhow::Result<()> {
+    let Some(rnacos) = load::compare::find_rnacos() else {
+        eprintln!(
+            "\n!!! SKIPPED: r-nacos is not installed (`cargo install rnacos --locked`); \
+             the load generator was not checked against it. .ci/run installs it. !!!\n"
+        );
+        return Ok(());
+    };
+    let server = load::compare::start_rnacos(&rnacos).await?;
+    assert!(server.startup() > Duration::ZERO);
+    every_mode(server.target()).await
+}
