@@ -261,7 +261,7 @@ fn ip(a: usize, b: usize, c: usize) -> String {
 
 /// Registrations (gRPC `InstanceRequest`): `clients` connections, each
 /// registering its own instance in one of `services` services in turn,
-/// with new metadata every time, so every request is a real change that
+/// with a new weight every time, so every request is a real change that
 /// goes through raft.
 pub async fn register(
     target: &Target,
@@ -280,12 +280,8 @@ pub async fn register(
         target,
         move |conn, c, i| async move {
             let service = format!("load-{}", (c + i as usize) % services);
-            let body = nacos::register_body(
-                &service,
-                &ip(1, c / 256, c),
-                8080,
-                &format!(r#""seq":"{i}""#),
-            );
+            let weight = 1 + i / services as u64 % 100;
+            let body = nacos::register_weighted(&service, &ip(1, c / 256, c), 8080, weight, "");
             conn.request("InstanceRequest", body).await?;
             Ok(conn)
         },
@@ -407,7 +403,8 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 /// Push latency: `subscribers` connections subscribe to one service; a
 /// writer changes it `changes` times, one change at a time. Latency runs
 /// from the writer's acknowledgement to each subscriber's push carrying
-/// the change; a subscriber without it after 5 s counts as missed.
+/// the change (each change sets the writer's weight to its number); a
+/// subscriber without it after 5 s counts as missed.
 pub async fn push(target: &Target, subscribers: usize, changes: usize) -> anyhow::Result<Run> {
     const SERVICE: &str = "pushed";
     const WRITER_IP: &str = "10.4.0.1";
@@ -434,7 +431,7 @@ pub async fn push(target: &Target, subscribers: usize, changes: usize) -> anyhow
     let mut missed = 0u64;
     let meter = Meter::start(target)?;
     for change in 1..=changes {
-        let body = nacos::register_body(SERVICE, WRITER_IP, 8080, &format!(r#""seq":"{change}""#));
+        let body = nacos::register_weighted(SERVICE, WRITER_IP, 8080, change as u64, "");
         writer.request("InstanceRequest", body).await?;
         let acked = tokio::time::Instant::now();
         let mut reached = vec![false; subscribers];
@@ -469,14 +466,15 @@ pub async fn push(target: &Target, subscribers: usize, changes: usize) -> anyhow
     Ok(run)
 }
 
-/// The writer's `seq` metadata in a pushed ServiceInfo, if it is listed.
+/// The writer's weight (its change number) in a pushed ServiceInfo, if
+/// it is listed.
 fn pushed_seq(body: &[u8], writer_ip: &str) -> Option<u64> {
     let json: serde_json::Value = serde_json::from_slice(body).ok()?;
     nacos::hosts(&json)
         .iter()
         .find(|h| h["ip"] == writer_ip)
-        .and_then(|h| h["metadata"]["seq"].as_str())
-        .and_then(|s| s.parse().ok())
+        .and_then(|h| h["weight"].as_f64())
+        .map(|w| w as u64)
 }
 
 /// Waits until the target's RSS stops growing (two readings 500 ms apart

@@ -73,14 +73,15 @@ impl Answer {
         }
     }
 
-    /// Whether the body says `"success": true`.
+    /// Whether the response succeeded: `resultCode` 200, as the Java
+    /// client's `isSuccess` decides (some servers leave `success` out).
     pub fn succeeded(&self) -> bool {
         #[derive(serde::Deserialize)]
         struct Outcome {
-            #[serde(default)]
-            success: bool,
+            #[serde(default, rename = "resultCode")]
+            result_code: Option<i64>,
         }
-        serde_json::from_slice::<Outcome>(&self.body).is_ok_and(|o| o.success)
+        serde_json::from_slice::<Outcome>(&self.body).is_ok_and(|o| o.result_code == Some(200))
     }
 
     /// The body as JSON.
@@ -88,7 +89,7 @@ impl Answer {
         Ok(serde_json::from_slice(&self.body)?)
     }
 
-    /// Fails unless the body says `"success": true`.
+    /// Fails unless the response succeeded.
     pub fn ok(self) -> anyhow::Result<Self> {
         anyhow::ensure!(
             self.succeeded(),
@@ -198,8 +199,21 @@ impl Conn {
 
 /// The JSON of an `InstanceRequest` registering one ephemeral instance.
 pub fn register_body(service: &str, ip: &str, port: u16, metadata: &str) -> Vec<u8> {
+    register_weighted(service, ip, port, 1, metadata)
+}
+
+/// [`register_body`] with a weight: re-registering with another weight
+/// is a change every server publishes (r-nacos keeps an instance's first
+/// metadata, so a metadata-only change is none there).
+pub fn register_weighted(
+    service: &str,
+    ip: &str,
+    port: u16,
+    weight: u64,
+    metadata: &str,
+) -> Vec<u8> {
     format!(
-        r#"{{"headers":{{}},"namespace":"public","serviceName":"{service}","groupName":"DEFAULT_GROUP","type":"registerInstance","instance":{{"ip":"{ip}","port":{port},"weight":1.0,"healthy":true,"enabled":true,"ephemeral":true,"clusterName":"DEFAULT","serviceName":"{service}","metadata":{{{metadata}}}}}}}"#
+        r#"{{"headers":{{}},"namespace":"public","serviceName":"{service}","groupName":"DEFAULT_GROUP","type":"registerInstance","instance":{{"ip":"{ip}","port":{port},"weight":{weight}.0,"healthy":true,"enabled":true,"ephemeral":true,"clusterName":"DEFAULT","serviceName":"{service}","metadata":{{{metadata}}}}}}}"#
     )
     .into_bytes()
 }
