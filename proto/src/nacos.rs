@@ -160,6 +160,90 @@ impl ServiceInfo {
     }
 }
 
+/// A selection's hosts already written as JSON, with the flag the
+/// selection set: the costly part of a ServiceInfo, rendered once per
+/// service revision and view and shared by every answer and push of it.
+#[derive(Debug)]
+pub struct Hosts {
+    /// The `hosts` array.
+    pub json: Box<serde_json::value::RawValue>,
+    /// Whether the protect threshold was reached.
+    pub reach_protection_threshold: bool,
+}
+
+impl Hosts {
+    /// Selects from `service` as [`ServiceInfo::render`] does and writes
+    /// the hosts.
+    pub fn render(key: &ServiceKey, service: Option<&Service>, view: View<'_>) -> Self {
+        let selected = understudy_core::select(
+            service,
+            &understudy_core::Selection {
+                clusters: view.clusters,
+                healthy_only: view.healthy_only,
+                enabled_only: true,
+            },
+        );
+        let hosts: Vec<InstanceJson> = selected
+            .instances
+            .iter()
+            .map(|i| InstanceJson::new(key, i))
+            .collect();
+        let json = serde_json::value::to_raw_value(&hosts).expect("instances always serialize");
+        Self {
+            json,
+            reach_protection_threshold: selected.reach_protection_threshold,
+        }
+    }
+}
+
+/// A ServiceInfo over shared, pre-rendered [`Hosts`]: serializes exactly
+/// as the [`ServiceInfo`] that [`ServiceInfo::render`] returns.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceInfoRef<'a> {
+    name: std::borrow::Cow<'a, str>,
+    group_name: &'a str,
+    clusters: &'a str,
+    cache_millis: u64,
+    hosts: &'a serde_json::value::RawValue,
+    last_ref_time: Millis,
+    checksum: &'static str,
+    #[serde(rename = "allIPs")]
+    all_ips_upper: bool,
+    all_ips: bool,
+    reach_protection_threshold: bool,
+    valid: bool,
+}
+
+impl<'a> ServiceInfoRef<'a> {
+    /// The ServiceInfo of `key` with `hosts`, as `style` names it.
+    pub fn new(
+        key: &'a ServiceKey,
+        style: NameStyle,
+        clusters_raw: &'a str,
+        hosts: &'a Hosts,
+        last_ref_time: Millis,
+    ) -> Self {
+        let name = match style {
+            NameStyle::Grouped => std::borrow::Cow::Owned(key.grouped_name()),
+            NameStyle::Plain => std::borrow::Cow::Borrowed(key.name.as_str()),
+        };
+        Self {
+            name,
+            group_name: key.group.as_str(),
+            clusters: clusters_raw,
+            cache_millis: DEFAULT_CACHE_MILLIS,
+            hosts: &hosts.json,
+            last_ref_time,
+            checksum: "",
+            all_ips_upper: false,
+            all_ips: false,
+            reach_protection_threshold: hosts.reach_protection_threshold,
+            valid: true,
+        }
+    }
+}
+
 /// `GET /nacos/v1/ns/instance` answer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -690,5 +774,54 @@ mod tests {
             assert!(json.get(field).is_some(), "{field}");
         }
         assert!(!json.to_string().contains("null"));
+    }
+
+    #[test]
+    fn shared_hosts_serialize_exactly_as_a_rendered_service_info() {
+        use understudy_core::{Command, InstanceSpec, Op, Owner, Registry, RegistryOptions};
+        let key = ServiceKey::parse("", "", "svc").unwrap();
+        let mut registry = Registry::new(RegistryOptions::default());
+        for (n, cluster) in [(1, "a"), (2, "b"), (3, "a")] {
+            let mut spec = InstanceSpec::new(format!("10.0.0.{n}"), 8080);
+            spec.cluster = understudy_core::ClusterName::parse(cluster).unwrap();
+            spec.metadata.insert("zone".into(), "hz \"quoted\"".into());
+            let op = Op::Register {
+                service: key.clone(),
+                owner: Owner::Beat {
+                    ip: spec.ip.clone(),
+                    port: 8080,
+                },
+                instances: vec![spec],
+            };
+            registry.apply(&Command::new(0, op)).unwrap();
+        }
+        let service = registry.service(&key);
+        let filter = [understudy_core::ClusterName::parse("a").unwrap()];
+        for (raw, clusters) in [("", &filter[..0]), ("a", &filter[..])] {
+            let view = View {
+                clusters_raw: raw,
+                clusters,
+                healthy_only: false,
+            };
+            for style in [NameStyle::Plain, NameStyle::Grouped] {
+                let whole = ServiceInfo::render(&key, service.as_deref(), style, view, 42);
+                let hosts = Hosts::render(&key, service.as_deref(), view);
+                let shared = ServiceInfoRef::new(&key, style, raw, &hosts, 42);
+                assert_eq!(
+                    serde_json::to_string(&shared).unwrap(),
+                    serde_json::to_string(&whole).unwrap()
+                );
+            }
+        }
+        let none = Hosts::render(
+            &key,
+            None,
+            View {
+                clusters_raw: "",
+                clusters: &[],
+                healthy_only: true,
+            },
+        );
+        assert_eq!(none.json.get(), "[]");
     }
 }

@@ -13,7 +13,7 @@ use serde_json::Value;
 use understudy_core::{ClusterName, InstanceSpec, Metadata, ServiceKey};
 
 use crate::grpc::{Metadata as WireMetadata, Payload};
-use crate::nacos::ServiceInfo;
+use crate::nacos::ServiceInfoRef;
 use crate::DecodeError;
 
 /// Error code: the connection has not completed its setup (clients
@@ -174,10 +174,10 @@ pub struct InstanceAck {
 }
 
 /// `QueryServiceResponse` and `SubscribeServiceResponse`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ServiceInfoBody {
-    pub service_info: ServiceInfo,
+pub struct ServiceInfoBody<'a> {
+    pub service_info: ServiceInfoRef<'a>,
 }
 
 /// `ServiceListResponse`.
@@ -228,13 +228,13 @@ pub struct ConnectReset {
 }
 
 /// `NotifySubscriberRequest`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct NotifySubscriber {
-    pub namespace: String,
-    pub service_name: String,
-    pub group_name: String,
-    pub service_info: ServiceInfo,
+pub struct NotifySubscriber<'a> {
+    pub namespace: &'a str,
+    pub service_name: &'a str,
+    pub group_name: &'a str,
+    pub service_info: ServiceInfoRef<'a>,
 }
 
 // ---- client requests -------------------------------------------------------

@@ -29,6 +29,7 @@ pub mod clock;
 pub mod config;
 pub mod ctl;
 mod grpc;
+mod hosts;
 mod http;
 mod metrics;
 pub mod node;

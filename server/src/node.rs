@@ -69,6 +69,8 @@ pub struct State {
     deadlines_moved: Notify,
     hub: crate::push::Hub<understudy_core::ServiceKey>,
     config_hub: crate::push::Hub<understudy_core::ConfigKey>,
+    /// Rendered hosts, shared by answers and pushes of one state.
+    hosts: crate::hosts::HostsCache,
     /// Every config change, for HTTP long polling.
     config_changes: tokio::sync::broadcast::Sender<understudy_core::ConfigKey>,
     /// Every applied batch of changes, in revision order, for watches.
@@ -90,6 +92,7 @@ impl State {
             deadlines_moved: Notify::new(),
             hub: crate::push::Hub::default(),
             config_hub: crate::push::Hub::default(),
+            hosts: crate::hosts::HostsCache::default(),
             config_changes: tokio::sync::broadcast::channel(4096).0,
             changes: tokio::sync::broadcast::channel(config.watch_buffer).0,
             cluster_id: RwLock::new(Arc::from(format!(
@@ -141,6 +144,17 @@ impl State {
     /// The push fan-out of services.
     pub(crate) fn hub(&self) -> &crate::push::Hub<understudy_core::ServiceKey> {
         &self.hub
+    }
+
+    /// The hosts of service `key` in `view`, rendered as JSON (shared
+    /// with every other reader of the same state).
+    pub(crate) fn hosts(
+        &self,
+        key: &understudy_core::ServiceKey,
+        view: understudy_proto::nacos::View<'_>,
+    ) -> Arc<understudy_proto::nacos::Hosts> {
+        let service = self.registry().service(key);
+        self.hosts.get(key, service.as_deref(), view)
     }
 
     /// The push fan-out of config items.

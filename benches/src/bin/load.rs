@@ -116,6 +116,10 @@ struct Server {
     /// Its name in the report.
     #[arg(long, default_value = "server")]
     name: String,
+    /// The server is the echo ceiling (`load ceiling`): answers are not
+    /// checked.
+    #[arg(long)]
+    echo: bool,
 }
 
 impl Server {
@@ -125,7 +129,7 @@ impl Server {
             grpc: self.grpc,
             http: self.http,
             watched: Watched::new(self.pid),
-            echo: false,
+            echo: self.echo,
         }
     }
 }

@@ -320,6 +320,10 @@ pub async fn run(plan: &Plan, json: &Path) -> anyhow::Result<Vec<Run>> {
             record(super::query(t, plan.clients, seconds).await?)?;
             record(super::beat(t, plan.clients, seconds).await?)?;
             if kind == Kind::Ceiling {
+                // What an idle connection costs the transport alone.
+                drop(server);
+                let server = spawn(plan, kind, 1, &mut ports).await?;
+                record(super::idle(&server.target, plan.idle_connections).await?)?;
                 continue;
             }
             record(super::push(t, plan.subscribers, plan.changes).await?)?;

@@ -408,22 +408,12 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 pub async fn push(target: &Target, subscribers: usize, changes: usize) -> anyhow::Result<Run> {
     const SERVICE: &str = "pushed";
     const WRITER_IP: &str = "10.4.0.1";
-    let (tx, mut rx) = mpsc::unbounded_channel::<(usize, nacos::Pushed)>();
+    let (tx, mut rx) = mpsc::unbounded_channel::<nacos::Pushed>();
     let mut watchers = Vec::with_capacity(subscribers);
-    let mut forwarders = Vec::with_capacity(subscribers);
     for s in 0..subscribers {
-        let (one_tx, mut one_rx) = mpsc::unbounded_channel();
-        let conn = Conn::connect(target.grpc(s), Some(one_tx)).await?;
+        let conn = Conn::connect(target.grpc(s), Some((s, tx.clone()))).await?;
         conn.request("SubscribeServiceRequest", nacos::subscribe_body(SERVICE))
             .await?;
-        let tx = tx.clone();
-        forwarders.push(tokio::spawn(async move {
-            while let Some(pushed) = one_rx.recv().await {
-                if tx.send((s, pushed)).is_err() {
-                    break;
-                }
-            }
-        }));
         watchers.push(conn);
     }
     let writer = target.connect(0).await?;
@@ -438,9 +428,10 @@ pub async fn push(target: &Target, subscribers: usize, changes: usize) -> anyhow
         let mut count = 0;
         let deadline = acked + Duration::from_secs(5);
         while count < subscribers {
-            let Ok(Some((s, pushed))) = tokio::time::timeout_at(deadline, rx.recv()).await else {
+            let Ok(Some(pushed)) = tokio::time::timeout_at(deadline, rx.recv()).await else {
                 break;
             };
+            let s = pushed.tag;
             if reached[s] || pushed_seq(&pushed.body, WRITER_IP) < Some(change as u64) {
                 continue;
             }
@@ -452,9 +443,6 @@ pub async fn push(target: &Target, subscribers: usize, changes: usize) -> anyhow
     }
     let (elapsed, cpu) = meter.stop()?;
     drop(watchers);
-    for forwarder in forwarders {
-        forwarder.abort();
-    }
     let mut run = Run::new(
         "push",
         target,
@@ -469,12 +457,25 @@ pub async fn push(target: &Target, subscribers: usize, changes: usize) -> anyhow
 /// The writer's weight (its change number) in a pushed ServiceInfo, if
 /// it is listed.
 fn pushed_seq(body: &[u8], writer_ip: &str) -> Option<u64> {
-    let json: serde_json::Value = serde_json::from_slice(body).ok()?;
-    nacos::hosts(&json)
-        .iter()
-        .find(|h| h["ip"] == writer_ip)
-        .and_then(|h| h["weight"].as_f64())
-        .map(|w| w as u64)
+    // Only the fields needed: the load generator parses every push.
+    #[derive(serde::Deserialize)]
+    struct Push<'a> {
+        #[serde(rename = "serviceInfo", borrow)]
+        info: Info<'a>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Info<'a> {
+        #[serde(borrow)]
+        hosts: Vec<Host<'a>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Host<'a> {
+        ip: &'a str,
+        weight: f64,
+    }
+    let push: Push<'_> = serde_json::from_slice(body).ok()?;
+    let host = push.info.hosts.iter().find(|h| h.ip == writer_ip)?;
+    Some(host.weight as u64)
 }
 
 /// Waits until the target's RSS stops growing (two readings 500 ms apart

@@ -18,6 +18,8 @@ use understudy_proto::grpc::{Metadata, Payload};
 /// A push (`NotifySubscriberRequest`) as the client received it.
 #[derive(Debug)]
 pub struct Pushed {
+    /// The tag of the connection it came on.
+    pub tag: usize,
     /// Its JSON body.
     pub body: Vec<u8>,
     /// When it arrived.
@@ -105,10 +107,10 @@ impl Conn {
     /// Connects: a `ServerCheckRequest`, then the bi-stream with a
     /// `ConnectionSetupRequest` (no ability table, so no server waits on
     /// a negotiation), then health checks until the server knows the
-    /// connection. `pushes` receives every push, if given.
+    /// connection. `pushes` receives every push, tagged, if given.
     pub async fn connect(
         grpc: SocketAddr,
-        pushes: Option<mpsc::UnboundedSender<Pushed>>,
+        pushes: Option<(usize, mpsc::UnboundedSender<Pushed>)>,
     ) -> anyhow::Result<Self> {
         Self::open(grpc, pushes, true).await
     }
@@ -120,7 +122,7 @@ impl Conn {
 
     async fn open(
         grpc: SocketAddr,
-        pushes: Option<mpsc::UnboundedSender<Pushed>>,
+        pushes: Option<(usize, mpsc::UnboundedSender<Pushed>)>,
         checked: bool,
     ) -> anyhow::Result<Self> {
         let channel = tonic::transport::Endpoint::from_shared(format!("http://{grpc}"))?
@@ -245,7 +247,7 @@ pub fn hosts(body: &serde_json::Value) -> &[serde_json::Value] {
 async fn read(
     mut inbound: tonic::Streaming<Payload>,
     stream: mpsc::Sender<Payload>,
-    pushes: Option<mpsc::UnboundedSender<Pushed>>,
+    pushes: Option<(usize, mpsc::UnboundedSender<Pushed>)>,
 ) {
     #[derive(serde::Deserialize)]
     struct Id {
@@ -270,8 +272,9 @@ async fn read(
             break;
         }
         if reply == "NotifySubscriberResponse" {
-            if let Some(pushes) = &pushes {
+            if let Some((tag, pushes)) = &pushes {
                 let _ = pushes.send(Pushed {
+                    tag: *tag,
                     body: answer.body,
                     at,
                 });

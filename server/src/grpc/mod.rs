@@ -20,6 +20,7 @@ use tokio_util::task::TaskTracker;
 use understudy_proto::grpc::bi_request_stream_server::{BiRequestStream, BiRequestStreamServer};
 use understudy_proto::grpc::request_server::{Request, RequestServer};
 use understudy_proto::grpc::Payload;
+use understudy_proto::nacos::{NameStyle, ServiceInfoRef};
 use understudy_proto::nacos_rpc::{
     error_response, seal, ClientAck, ConfigContext, ConnectionSetup, Envelope, NotifySubscriber,
     ServerRequest, SetupAck, SERVER_ERROR,
@@ -283,11 +284,19 @@ async fn push(node: Node, conn: Arc<Conn>) {
             metrics::counter!("understudy_pushes_timed_out_total").increment(expired as u64);
         }
         let mut pushes = subscriber.due_pushes(now, |request_id, target| {
+            let hosts = naming::push_hosts(&node, &target);
+            let key = target.key;
             let body = NotifySubscriber {
-                namespace: target.key.namespace.to_string(),
-                service_name: target.key.name.to_string(),
-                group_name: target.key.group.to_string(),
-                service_info: naming::service_info(&node, target, false),
+                namespace: key.namespace.as_str(),
+                service_name: key.name.as_str(),
+                group_name: key.group.as_str(),
+                service_info: ServiceInfoRef::new(
+                    key,
+                    NameStyle::Plain,
+                    target.clusters_raw,
+                    &hosts,
+                    target.ref_time,
+                ),
             };
             seal(
                 "NotifySubscriberRequest",

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use understudy_core::{InstanceSpec, Op, Owner, ServiceKey};
 use understudy_proto::grpc::Payload;
-use understudy_proto::nacos::{NameStyle, ServiceInfo, View};
+use understudy_proto::nacos::{Hosts, NameStyle, ServiceInfoRef, View};
 use understudy_proto::nacos_rpc::{
     error_response, parse_clusters, seal, BatchInstanceRequest, Empty, Envelope, InstanceAck,
     InstanceRequest, Response, ServerCheck, ServiceInfoBody, ServiceList, ServiceListRequest,
@@ -222,30 +222,14 @@ async fn batch(node: &Node, conn: &Conn, envelope: &Envelope) -> Result<Payload,
     ))
 }
 
-/// Renders a service's ServiceInfo as gRPC clients see it (plain name).
-pub(crate) fn service_info(
-    node: &Node,
-    target: PushTarget<'_, ServiceKey>,
-    healthy_only: bool,
-) -> ServiceInfo {
-    let service = node.registry().service(target.key);
+/// The hosts of a subscription's service, as its pushes show them.
+pub(crate) fn push_hosts(node: &Node, target: &PushTarget<'_, ServiceKey>) -> Arc<Hosts> {
     let view = View {
         clusters_raw: target.clusters_raw,
         clusters: target.clusters,
-        healthy_only,
+        healthy_only: false,
     };
-    ServiceInfo::render(
-        target.key,
-        service.as_deref(),
-        NameStyle::Plain,
-        view,
-        target.ref_time,
-    )
-}
-
-fn render(node: &Node, key: &ServiceKey, view: View<'_>) -> ServiceInfo {
-    let service = node.registry().service(key);
-    ServiceInfo::render(key, service.as_deref(), NameStyle::Plain, view, node.now())
+    node.state().hosts(target.key, view)
 }
 
 fn query(node: &Node, envelope: &Envelope) -> Result<Payload, Failure> {
@@ -263,7 +247,8 @@ fn query(node: &Node, envelope: &Envelope) -> Result<Payload, Failure> {
         clusters: &clusters,
         healthy_only,
     };
-    let info = render(node, &key, view);
+    let hosts = node.state().hosts(&key, view);
+    let info = ServiceInfoRef::new(&key, NameStyle::Plain, &clusters_raw, &hosts, node.now());
     Ok(seal(
         "QueryServiceResponse",
         &Response::ok(ServiceInfoBody { service_info: info }),
@@ -277,17 +262,17 @@ fn subscribe(node: &Node, conn: &Conn, envelope: &Envelope) -> Result<Payload, F
     let clusters = parse_clusters(&clusters_raw)?;
     let hub = node.state().hub();
     let subscriber = &conn.subscriber;
-    let info = if request.subscribe.unwrap_or(false) {
+    let (hosts, ref_time) = if request.subscribe.unwrap_or(false) {
         // Subscribe first, then render: a change racing with this request
         // is either in the answer or marks the subscription for a push.
         hub.subscribe(subscriber, &key, &clusters_raw, clusters.clone());
-        let info = subscriber
+        let rendered = subscriber
             .render_now(&key, &clusters_raw, node.now(), |target| {
-                service_info(node, target, false)
+                (push_hosts(node, &target), target.ref_time)
             })
             .expect("the subscription was just installed");
         subscriber.release(&key, &clusters_raw);
-        info
+        rendered
     } else {
         hub.unsubscribe(subscriber, &key);
         let view = View {
@@ -295,8 +280,9 @@ fn subscribe(node: &Node, conn: &Conn, envelope: &Envelope) -> Result<Payload, F
             clusters: &clusters,
             healthy_only: false,
         };
-        render(node, &key, view)
+        (node.state().hosts(&key, view), node.now())
     };
+    let info = ServiceInfoRef::new(&key, NameStyle::Plain, &clusters_raw, &hosts, ref_time);
     let mut response = Response::ok(ServiceInfoBody { service_info: info });
     response.message = Some("success".to_owned());
     Ok(seal("SubscribeServiceResponse", &response))
