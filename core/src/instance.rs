@@ -3,15 +3,13 @@
 //! timeouts read from Nacos' preserved metadata keys. Validation of an
 //! instance lives here, so every adapter refuses the same inputs.
 
-use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
 use crate::{ClusterName, Error, Millis, ServiceKey};
 
-/// Instance or service metadata: sorted so listings and snapshots are stable.
-pub type Metadata = BTreeMap<String, String>;
+pub use crate::metadata::Metadata;
 
 /// Metadata key: the v1 beat period told to clients, in ms.
 pub const META_BEAT_INTERVAL: &str = "preserved.heart.beat.interval";

@@ -31,6 +31,7 @@ mod error;
 mod event;
 mod instance;
 mod liveness;
+mod metadata;
 mod name;
 mod registry;
 mod service;

@@ -4,6 +4,7 @@
 //! blank input (`public`, `DEFAULT_GROUP`, `DEFAULT`) are applied here, once.
 
 use std::fmt;
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
@@ -23,17 +24,42 @@ const MAX_GROUP_LEN: usize = 128;
 const MAX_SERVICE_LEN: usize = 512;
 const MAX_CLUSTER_LEN: usize = 64;
 
+/// The names nearly every instance carries (`public`, `DEFAULT_GROUP`,
+/// `DEFAULT`), allocated once and shared by every name that equals one.
+fn shared(raw: &str) -> Arc<str> {
+    static DEFAULTS: OnceLock<[Arc<str>; 3]> = OnceLock::new();
+    DEFAULTS
+        .get_or_init(|| {
+            [
+                DEFAULT_NAMESPACE.into(),
+                DEFAULT_GROUP.into(),
+                DEFAULT_CLUSTER.into(),
+            ]
+        })
+        .iter()
+        .find(|d| ***d == *raw)
+        .cloned()
+        .unwrap_or_else(|| raw.into())
+}
+
 macro_rules! name_type {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-        #[serde(transparent)]
-        pub struct $name(String);
+        ///
+        /// Clones share one allocation, so the keys copied into indexes,
+        /// events and the change log cost a pointer each.
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(Arc<str>);
 
         impl $name {
             /// The name as a string slice.
             pub fn as_str(&self) -> &str {
                 &self.0
+            }
+
+            /// A name already checked (or read back from our own log).
+            fn of(raw: &str) -> Self {
+                Self(shared(raw))
             }
         }
 
@@ -46,6 +72,19 @@ macro_rules! name_type {
         impl AsRef<str> for $name {
             fn as_ref(&self) -> &str {
                 &self.0
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(&self.0)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let raw = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+                Ok(Self::of(&raw))
             }
         }
     };
@@ -86,23 +125,23 @@ impl NamespaceId {
                 format!("'{raw}' may hold only letters, digits, '_' and '-'"),
             ));
         }
-        Ok(Self(raw.to_owned()))
+        Ok(Self::of(raw))
     }
 
     /// The default namespace, `public`.
     pub fn public() -> Self {
-        Self(DEFAULT_NAMESPACE.to_owned())
+        Self::of(DEFAULT_NAMESPACE)
     }
 
     /// A config tenant already checked by the config rules (which allow
     /// `:` and `.` too).
     pub(crate) fn from_config_tenant(tenant: &str) -> Self {
-        Self(tenant.to_owned())
+        Self::of(tenant)
     }
 
     /// Whether this is the default namespace.
     pub fn is_public(&self) -> bool {
-        self.0 == DEFAULT_NAMESPACE
+        *self.0 == *DEFAULT_NAMESPACE
     }
 }
 
@@ -123,12 +162,12 @@ impl GroupName {
                 format!("'{raw}' may hold only letters, digits and '-', '_', ':', '.'"),
             ));
         }
-        Ok(Self(raw.to_owned()))
+        Ok(Self::of(raw))
     }
 
     /// `DEFAULT_GROUP`.
     pub fn default_group() -> Self {
-        Self(DEFAULT_GROUP.to_owned())
+        Self::of(DEFAULT_GROUP)
     }
 }
 
@@ -155,14 +194,14 @@ impl ServiceName {
                 "must not contain whitespace, control characters or CJK ideographs",
             ));
         }
-        Ok(Self(raw.to_owned()))
+        Ok(Self::of(raw))
     }
 }
 
 impl ServiceName {
     /// The smallest name, for range queries.
     pub(crate) fn min() -> Self {
-        Self(String::new())
+        Self::of("")
     }
 }
 
@@ -183,12 +222,12 @@ impl ClusterName {
                 format!("'{raw}' may hold only letters, digits, '-' and '_'"),
             ));
         }
-        Ok(Self(raw.to_owned()))
+        Ok(Self::of(raw))
     }
 
     /// `DEFAULT`.
     pub fn default_cluster() -> Self {
-        Self(DEFAULT_CLUSTER.to_owned())
+        Self::of(DEFAULT_CLUSTER)
     }
 }
 

@@ -136,13 +136,57 @@ pub struct RegistrySnapshot {
     pub lost_nodes: Vec<u64>,
 }
 
+/// The instances one owner published in one service: nearly always one,
+/// so a sorted vector, not a set whose first node holds room for eleven.
+#[derive(Debug, Clone, Default)]
+struct Held(Vec<InstanceKey>);
+
+impl Held {
+    fn insert(&mut self, key: InstanceKey) {
+        if let Err(at) = self.0.binary_search(&key) {
+            self.0.insert(at, key);
+        }
+    }
+
+    fn remove(&mut self, key: &InstanceKey) {
+        if let Ok(at) = self.0.binary_search(key) {
+            self.0.remove(at);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn iter(&self) -> std::slice::Iter<'_, InstanceKey> {
+        self.0.iter()
+    }
+}
+
+impl Extend<InstanceKey> for Held {
+    fn extend<I: IntoIterator<Item = InstanceKey>>(&mut self, keys: I) {
+        for key in keys {
+            self.insert(key);
+        }
+    }
+}
+
+impl IntoIterator for Held {
+    type Item = InstanceKey;
+    type IntoIter = std::vec::IntoIter<InstanceKey>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}
+
 /// The registry.
 #[derive(Debug, Clone)]
 pub struct Registry {
     options: RegistryOptions,
     namespaces: BTreeMap<NamespaceId, Namespace>,
     /// Which instances each owner published, per service.
-    owners: BTreeMap<Owner, BTreeMap<ServiceKey, BTreeSet<InstanceKey>>>,
+    owners: BTreeMap<Owner, BTreeMap<ServiceKey, Held>>,
     revision: u64,
     instance_count: usize,
     log: ChangeLog,
@@ -608,6 +652,10 @@ impl Registry {
                 ),
             ));
         }
+        // The stored key when the service exists: the clones below (the
+        // owner index, events, the change log) then share its names.
+        let stored_key = self.service_ref(key).map(|s| s.key.clone());
+        let key = stored_key.as_ref().unwrap_or(key);
         let requested = owner.kind();
         let existing = self.service_ref(key).map(|s| s.kind);
         if let Some(kind) = existing {
@@ -639,7 +687,7 @@ impl Registry {
             });
         }
 
-        let previous: BTreeSet<InstanceKey> = self
+        let previous: Held = self
             .owners
             .get(owner)
             .and_then(|services| services.get(key))

@@ -52,9 +52,23 @@ enum Kind {
     RNacos,
 }
 
+/// Child processes, killed and reaped when dropped (also when starting
+/// them fails half-way).
+#[derive(Default)]
+struct Children(Vec<Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// Started server processes, killed when dropped.
 pub struct Spawned {
-    children: Vec<Child>,
+    _children: Children,
     target: Target,
     startup: Duration,
     _dir: Option<tempfile::TempDir>,
@@ -99,15 +113,6 @@ impl Plan {
             understudy: PathBuf::new(),
             rnacos: None,
             me: std::env::current_exe().unwrap_or_default(),
-        }
-    }
-}
-
-impl Drop for Spawned {
-    fn drop(&mut self) {
-        for child in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
         }
     }
 }
@@ -164,7 +169,7 @@ async fn spawn(
     }
     let mut dir = None;
     let spawned_at = Instant::now();
-    let mut children = Vec::with_capacity(nodes);
+    let mut children = Children::default();
     for (n, (http, grpc, raft)) in pairs.iter().enumerate() {
         let mut command = match kind {
             Kind::Ceiling => {
@@ -229,7 +234,7 @@ async fn spawn(
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| anyhow::anyhow!("starting {kind:?}: {e}"))?;
-        children.push(child);
+        children.0.push(child);
     }
     let grpc: Vec<SocketAddr> = pairs.iter().map(|p| local(p.1)).collect();
     let http: Vec<SocketAddr> = pairs.iter().map(|p| local(p.0)).collect();
@@ -262,9 +267,9 @@ async fn spawn(
         (Kind::Understudy, n) => format!("understudy×{n}"),
         (Kind::RNacos, _) => "r-nacos".to_owned(),
     };
-    let watched = Watched::new(children.iter().map(pid).collect());
+    let watched = Watched::new(children.0.iter().map(pid).collect());
     Ok(Spawned {
-        children,
+        _children: children,
         target: Target {
             name,
             grpc,

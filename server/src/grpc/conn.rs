@@ -31,8 +31,10 @@ pub(crate) struct Conn {
     pub(crate) id: String,
     registered: AtomicBool,
     last_active: AtomicU64,
-    control: mpsc::Sender<Payload>,
-    pushes: mpsc::Sender<Payload>,
+    // Boxed: a channel allocates room for 32 messages up front, and a
+    // boxed one keeps that at 32 pointers on every idle connection.
+    control: mpsc::Sender<Box<Payload>>,
+    pushes: mpsc::Sender<Box<Payload>>,
     outbound: Mutex<Option<Outbound>>,
     pub(crate) subscriber: Arc<Subscriber<ServiceKey>>,
     /// Config listeners; the variant is the tenant the client sent.
@@ -76,13 +78,13 @@ impl Conn {
     /// messages never wait behind pushes; if even the control queue is
     /// full the client is not reading and detection will drop it.
     pub(crate) fn send_control(&self, payload: Payload) -> bool {
-        self.control.try_send(payload).is_ok()
+        self.control.try_send(Box::new(payload)).is_ok()
     }
 
     /// Queues a push, waiting for room (the push queue is bounded).
     pub(crate) async fn send_push(&self, payload: Payload) -> bool {
         tokio::select! {
-            sent = self.pushes.send(payload) => sent.is_ok(),
+            sent = self.pushes.send(Box::new(payload)) => sent.is_ok(),
             () = self.closed.cancelled() => false,
         }
     }
@@ -109,8 +111,8 @@ impl Conn {
 /// The outgoing half of the bi-stream: control messages first, then pushes.
 #[derive(Debug)]
 pub(crate) struct Outbound {
-    control: mpsc::Receiver<Payload>,
-    pushes: mpsc::Receiver<Payload>,
+    control: mpsc::Receiver<Box<Payload>>,
+    pushes: mpsc::Receiver<Box<Payload>>,
     closed: Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
 }
 
@@ -122,10 +124,10 @@ impl tokio_stream::Stream for Outbound {
             return Poll::Ready(None);
         }
         if let Poll::Ready(Some(p)) = self.control.poll_recv(cx) {
-            return Poll::Ready(Some(Ok(p)));
+            return Poll::Ready(Some(Ok(*p)));
         }
         match self.pushes.poll_recv(cx) {
-            Poll::Ready(Some(p)) => Poll::Ready(Some(Ok(p))),
+            Poll::Ready(Some(p)) => Poll::Ready(Some(Ok(*p))),
             // Both queues live as long as the connection; the stream ends
             // only when the connection is closed.
             Poll::Ready(None) | Poll::Pending => Poll::Pending,
