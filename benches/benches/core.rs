@@ -1,5 +1,6 @@
 //! Core registry figures over 100k instances: registration, queries,
-//! snapshots and liveness expiry. Pure CPU, no runtime. Run with
+//! snapshots and liveness expiry; push encoding; the client's balancer
+//! picks. Pure CPU, no runtime. Run with
 //! `cargo bench -p understudy-benches --bench core`; the README records
 //! the figures. Under `cargo test` each bench runs once as a smoke test.
 
@@ -125,5 +126,97 @@ fn expiry(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, register, query, expiry);
+/// Rendering a change for its subscribers: the hosts once per change,
+/// then one `NotifySubscriberRequest` per subscriber around them; against
+/// rendering and serializing the whole ServiceInfo per subscriber.
+fn push_encoding(c: &mut Criterion) {
+    use understudy_proto::nacos::{Hosts, NameStyle, ServiceInfo, ServiceInfoRef, View};
+    use understudy_proto::nacos_rpc::{seal, NotifySubscriber, ServerRequest};
+    let (registry, _) = populated();
+    let key = service(0);
+    let stored = registry.service(&key);
+    let view = View {
+        clusters_raw: "",
+        clusters: &[],
+        healthy_only: false,
+    };
+    let mut group = c.benchmark_group("push encoding (100 instances)");
+    group.bench_function("render the hosts once per change", |b| {
+        b.iter(|| Hosts::render(&key, stored.as_deref(), view));
+    });
+    let hosts = Hosts::render(&key, stored.as_deref(), view);
+    group.bench_function("one subscriber's push around shared hosts", |b| {
+        b.iter(|| {
+            let body = NotifySubscriber {
+                namespace: key.namespace.as_str(),
+                service_name: key.name.as_str(),
+                group_name: key.group.as_str(),
+                service_info: ServiceInfoRef::new(&key, NameStyle::Plain, "", &hosts, 1),
+            };
+            seal(
+                "NotifySubscriberRequest",
+                &ServerRequest::new("7", "naming", body),
+            )
+        });
+    });
+    group.bench_function("one subscriber's push rendered whole", |b| {
+        b.iter(|| {
+            let info = ServiceInfo::render(&key, stored.as_deref(), NameStyle::Plain, view, 1);
+            serde_json::to_vec(&ServerRequest::new("7", "naming", info)).expect("serializes")
+        });
+    });
+    group.finish();
+}
+
+/// One pick by each balancer among 100 targets.
+fn balancers(c: &mut Criterion) {
+    use rand::SeedableRng;
+    use understudy_client::cluster::balance::{
+        ConsistentHash, LeastActive, LoadBalance, PeakEwmaP2c, PickContext, RoundRobin,
+        ShortestResponse, WeightedRandom,
+    };
+    use understudy_client::cluster::{Invocation, Target};
+    let targets: Vec<Target> = (0..100u32)
+        .map(|n| {
+            Target::new(understudy_client::Instance {
+                instance_id: format!("10.0.0.{n}#8080#DEFAULT#svc"),
+                ip: format!("10.0.0.{n}"),
+                port: 8080,
+                weight: f64::from(1 + n % 5),
+                healthy: true,
+                enabled: true,
+                cluster: "DEFAULT".to_owned(),
+                zone: String::new(),
+                metadata: Default::default(),
+            })
+        })
+        .collect();
+    let invocation = Invocation::new("sayHello").argument("user-42");
+    let balancers: Vec<Box<dyn LoadBalance>> = vec![
+        Box::new(WeightedRandom::new()),
+        Box::new(RoundRobin::new()),
+        Box::new(LeastActive::new()),
+        Box::new(ShortestResponse::new()),
+        Box::new(ConsistentHash::new()),
+        Box::new(PeakEwmaP2c),
+    ];
+    let mut group = c.benchmark_group("balancer pick among 100");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let now = tokio::time::Instant::now();
+    for balancer in &balancers {
+        group.bench_function(balancer.name(), |b| {
+            b.iter(|| {
+                let mut cx = PickContext {
+                    now,
+                    rng: &mut rng,
+                    local_zone: None,
+                };
+                balancer.pick(&targets, &invocation, &mut cx)
+            });
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, register, query, expiry, push_encoding, balancers);
 criterion_main!(benches);

@@ -249,11 +249,6 @@ async fn read(
     stream: mpsc::Sender<Payload>,
     pushes: Option<(usize, mpsc::UnboundedSender<Pushed>)>,
 ) {
-    #[derive(serde::Deserialize)]
-    struct Id {
-        #[serde(default, rename = "requestId")]
-        request_id: serde_json::Value,
-    }
     while let Some(Ok(message)) = inbound.next().await {
         let at = Instant::now();
         let answer = Answer::of(message);
@@ -264,9 +259,7 @@ async fn read(
             "ConfigChangeNotifyRequest" => "ConfigChangeNotifyResponse",
             _ => continue,
         };
-        let id = serde_json::from_slice::<Id>(&answer.body)
-            .map(|i| i.request_id)
-            .unwrap_or_default();
+        let id = request_id(&answer.body);
         let ack = format!(r#"{{"resultCode":200,"errorCode":0,"success":true,"requestId":{id}}}"#);
         if stream.send(payload(reply, ack.into_bytes())).await.is_err() {
             break;
@@ -280,5 +273,42 @@ async fn read(
                 });
             }
         }
+    }
+}
+
+/// The `requestId` of a server request, as JSON text (`null` if absent).
+/// Servers write it near the start, so it is found without parsing the
+/// whole push: the load generator answers every push it receives.
+fn request_id(body: &[u8]) -> String {
+    const KEY: &[u8] = b"\"requestId\":\"";
+    if let Some(start) = body.windows(KEY.len()).position(|w| w == KEY) {
+        let rest = &body[start + KEY.len()..];
+        if let Some(end) = rest.iter().position(|b| *b == b'"' || *b == b'\\') {
+            if rest[end] == b'"' {
+                return format!("\"{}\"", String::from_utf8_lossy(&rest[..end]));
+            }
+        }
+    }
+    #[derive(serde::Deserialize)]
+    struct Id {
+        #[serde(default, rename = "requestId")]
+        request_id: serde_json::Value,
+    }
+    serde_json::from_slice::<Id>(body)
+        .map(|i| i.request_id.to_string())
+        .unwrap_or_else(|_| "null".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn request_ids_are_read_quickly_or_parsed() {
+        let id = |body: &str| super::request_id(body.as_bytes());
+        assert_eq!(
+            id(r#"{"headers":{},"requestId":"17","module":"naming"}"#),
+            r#""17""#
+        );
+        assert_eq!(id(r#"{"requestId": "a\"b"}"#), r#""a\"b""#);
+        assert_eq!(id(r#"{"module":"naming"}"#), "null");
     }
 }

@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::future::Future;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -296,6 +297,9 @@ pub enum LinkDown {
 #[derive(Clone)]
 pub struct LinkFaults {
     shared: Arc<Mutex<Faults>>,
+    /// Whether any DC's pushes are faulted: every push asks, and without
+    /// push faults it need not take the lock.
+    push_faulted: Arc<AtomicBool>,
 }
 
 struct Faults {
@@ -373,6 +377,7 @@ impl LinkFaults {
                 push_faults: BTreeMap::new(),
                 push_rngs: HashMap::new(),
             })),
+            push_faulted: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -534,6 +539,7 @@ impl LinkFaults {
         faults.paused.clear();
         faults.apply_delays.clear();
         faults.push_faults.clear();
+        self.push_faulted.store(false, Ordering::Release);
     }
 
     /// Cuts every link of `node` until [`resume`](Self::resume).
@@ -600,6 +606,8 @@ impl LinkFaults {
             .filter(|(_, f)| **f != PushFault::default())
             .map(|(dc, f)| (dc.clone(), *f))
             .collect();
+        self.push_faulted
+            .store(!faults.push_faults.is_empty(), Ordering::Release);
         faults.paused = state.paused.iter().copied().collect();
         Ok(())
     }
@@ -639,6 +647,8 @@ impl LinkFaults {
         } else {
             faults.push_faults.insert(dc.to_owned(), fault);
         }
+        self.push_faulted
+            .store(!faults.push_faults.is_empty(), Ordering::Release);
         Ok(())
     }
 
@@ -649,6 +659,9 @@ impl LinkFaults {
 
     /// What happens to the next push a node in `dc` sends.
     pub fn push_fate(&self, dc: &str) -> PushFate {
+        if !self.push_faulted.load(Ordering::Acquire) {
+            return PushFate::Send(Duration::ZERO);
+        }
         let mut faults = self.lock();
         let Some(fault) = faults.push_faults.get(dc).copied() else {
             return PushFate::Send(Duration::ZERO);
