@@ -48,6 +48,7 @@ async fn every_mode_runs_against_understudy() -> anyhow::Result<()> {
         http: vec![server.http],
         watched: Watched::new(vec![std::process::id()]),
         echo: false,
+        compact: Some("/understudy/v1/raft/compact".into()),
     };
     every_mode(&target).await?;
     server.stop().await
@@ -62,6 +63,7 @@ async fn the_ceilings_answer_every_shape() -> anyhow::Result<()> {
         http: vec![http.local_addr()?],
         watched: Watched::new(vec![std::process::id()]),
         echo: true,
+        compact: None,
     };
     let serving = tokio::spawn(load::ceiling::serve(grpc, http));
     for run in [

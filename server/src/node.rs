@@ -526,6 +526,47 @@ impl Node {
         self.inner.network.faults()
     }
 
+    /// Compacts this node's raft log now: a snapshot of everything
+    /// applied, then the log purged up to it (raft also does this by
+    /// itself every 5000 entries). Answers the index compacted to.
+    pub async fn compact(&self) -> Result<Option<u64>, String> {
+        const WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+        let raft = self.raft();
+        let Some(applied) = raft.metrics().borrow().last_applied else {
+            return Ok(None);
+        };
+        // A trigger while a snapshot is being built is dropped: trigger
+        // again until one covers everything applied.
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            raft.trigger().snapshot().await.map_err(|e| e.to_string())?;
+            let built = raft
+                .wait(Some(std::time::Duration::from_secs(1)))
+                .metrics(
+                    |m| m.snapshot.is_some_and(|s| s.index >= applied.index),
+                    "the snapshot is built",
+                )
+                .await;
+            match built {
+                Ok(_) => break,
+                Err(e) if tokio::time::Instant::now() >= deadline => return Err(e.to_string()),
+                Err(_) => {}
+            }
+        }
+        raft.trigger()
+            .purge_log(applied.index)
+            .await
+            .map_err(|e| e.to_string())?;
+        raft.wait(Some(WAIT))
+            .metrics(
+                |m| m.purged.is_some_and(|p| p.index >= applied.index),
+                "the log is purged",
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Some(applied.index))
+    }
+
     /// The raft handle (a single node is a one-member cluster).
     pub fn raft(&self) -> &crate::raft::Raft {
         &self.inner.raft

@@ -105,3 +105,45 @@ async fn shutdown_stops_accepting_connections() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn compacting_the_raft_log_keeps_every_registration() -> anyhow::Result<()> {
+    let server = Server::start(Settings::default()).await?;
+    let client = reqwest::Client::new();
+    for n in 1..=20 {
+        let reply = client
+            .post(server.url("/nacos/v1/ns/instance"))
+            .form(&[
+                ("serviceName", "compacted"),
+                ("ip", &format!("10.0.0.{n}")),
+                ("port", "8080"),
+                ("ephemeral", "false"),
+            ])
+            .send()
+            .await?;
+        assert_eq!(reply.text().await?, "ok");
+    }
+    let answer: Value = client
+        .post(server.url("/understudy/v1/raft/compact"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let compacted = answer["compactedTo"].as_u64().expect("an index");
+    assert!(compacted >= 20, "{answer}");
+    assert_eq!(hosts(&client, &server, "compacted").await.len(), 20);
+    // Writes go on after the compaction.
+    let reply = client
+        .post(server.url("/nacos/v1/ns/instance"))
+        .form(&[
+            ("serviceName", "compacted"),
+            ("ip", "10.0.1.1"),
+            ("port", "8080"),
+            ("ephemeral", "false"),
+        ])
+        .send()
+        .await?;
+    assert_eq!(reply.text().await?, "ok");
+    assert_eq!(hosts(&client, &server, "compacted").await.len(), 21);
+    server.stop().await
+}

@@ -120,6 +120,10 @@ struct Server {
     /// checked.
     #[arg(long)]
     echo: bool,
+    /// HTTP path POSTed to compact the server's log before the memory
+    /// reading (understudy: /understudy/v1/raft/compact).
+    #[arg(long)]
+    compact: Option<String>,
 }
 
 impl Server {
@@ -130,6 +134,7 @@ impl Server {
             http: self.http,
             watched: Watched::new(self.pid),
             echo: self.echo,
+            compact: self.compact,
         }
     }
 }
@@ -188,8 +193,9 @@ struct CompareArgs {
 }
 
 fn print(run: &Run) {
-    println!("{run}");
-    println!("{}", run.json());
+    use std::io::Write as _;
+    // A closed pipe (`| head`) is no error worth a panic.
+    let _ = writeln!(std::io::stdout(), "{run}\n{}", run.json());
 }
 
 #[tokio::main]

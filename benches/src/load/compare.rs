@@ -276,6 +276,7 @@ async fn spawn(
             http,
             watched,
             echo: kind == Kind::Ceiling,
+            compact: (kind == Kind::Understudy).then(|| "/understudy/v1/raft/compact".to_owned()),
         },
         startup,
         _dir: dir,

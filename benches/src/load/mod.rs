@@ -40,6 +40,9 @@ pub struct Target {
     pub watched: Watched,
     /// The echo ceiling: answers are not checked.
     pub echo: bool,
+    /// An HTTP path that compacts the server's log (POSTed before the
+    /// memory reading, which the targets define as after compaction).
+    pub compact: Option<String>,
 }
 
 impl Target {
@@ -495,7 +498,8 @@ async fn settled_rss(target: &Target) -> anyhow::Result<u64> {
 
 /// Memory per instance: `services` services of `per_service` instances
 /// (one owner connection per instance slot), each with 64 bytes of
-/// metadata; RSS added over the RSS with the connections open.
+/// metadata; RSS added over the RSS with the connections open, read after
+/// the server's log is compacted (when it says how).
 pub async fn memory(target: &Target, services: usize, per_service: usize) -> anyhow::Result<Run> {
     anyhow::ensure!(!target.watched.is_empty(), "memory needs the server's pid");
     let mut owners = Vec::with_capacity(per_service);
@@ -540,6 +544,15 @@ pub async fn memory(target: &Target, services: usize, per_service: usize) -> any
         anyhow::ensure!(
             found == per_service,
             "mem-00000 lists {found} of {per_service}"
+        );
+    }
+    if let Some(path) = &target.compact {
+        let mut http = HttpConn::connect(target.http(0)).await?;
+        let (status, body) = http.send(hyper::Method::POST, path).await?;
+        anyhow::ensure!(
+            status.is_success(),
+            "compacting answered {status}: {}",
+            String::from_utf8_lossy(&body)
         );
     }
     let after = settled_rss(target).await?;

@@ -165,6 +165,7 @@ pub fn router(node: Node) -> Router {
             post(ops::add_member).delete(ops::remove_member),
         )
         .route("/understudy/v1/cluster/nodes", get(chaos::nodes))
+        .route("/understudy/v1/raft/compact", post(ops::compact))
         .route("/understudy/v1/chaos", get(chaos::show).put(chaos::replace))
         .route("/understudy/v1/chaos/{action}", post(chaos::act))
         .route("/understudy/v1/export", get(backup::export))
