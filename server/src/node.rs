@@ -845,6 +845,9 @@ impl Node {
     /// unless it revives an unhealthy instance.
     pub async fn beat(&self, key: &LiveKey) -> BeatOutcome {
         let local = self.inner.state.liveness().beat(key, self.now());
+        if self.is_sole_voter() {
+            return local;
+        }
         let owner = Owner::Beat {
             ip: key.instance.ip.clone(),
             port: key.instance.port,
@@ -877,6 +880,16 @@ impl Node {
                 local
             }
         }
+    }
+
+    /// Whether this node is the cluster's only voter (the default single
+    /// node), which times every beat itself.
+    fn is_sole_voter(&self) -> bool {
+        let me = self.inner.config.node_id;
+        let metrics = self.inner.raft.metrics();
+        let metrics = metrics.borrow();
+        let mut voters = metrics.membership_config.membership().voter_ids();
+        voters.next() == Some(me) && voters.next().is_none()
     }
 
     /// The nodes that time v1 beat-driven instances: the voters, less

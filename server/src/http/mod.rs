@@ -206,13 +206,39 @@ async fn record(request: Request, next: Next) -> Response {
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
-    let method = request.method().as_str().to_owned();
+    let method = method_label(request.method());
     let started = Instant::now();
     let response = next.run(request).await;
-    let status = response.status().as_u16().to_string();
+    let status = status_label(response.status());
     metrics::counter!("understudy_http_requests_total", "route" => route.clone(), "method" => method, "status" => status)
         .increment(1);
     metrics::histogram!("understudy_http_request_seconds", "route" => route)
         .record(started.elapsed().as_secs_f64());
     response
+}
+
+/// The method as a label, without an allocation for the usual ones.
+fn method_label(method: &axum::http::Method) -> std::borrow::Cow<'static, str> {
+    use axum::http::Method;
+    match *method {
+        Method::GET => "GET".into(),
+        Method::POST => "POST".into(),
+        Method::PUT => "PUT".into(),
+        Method::DELETE => "DELETE".into(),
+        Method::PATCH => "PATCH".into(),
+        _ => method.as_str().to_owned().into(),
+    }
+}
+
+/// The status as a label, without an allocation for the usual ones.
+fn status_label(status: StatusCode) -> std::borrow::Cow<'static, str> {
+    match status.as_u16() {
+        200 => "200".into(),
+        400 => "400".into(),
+        403 => "403".into(),
+        404 => "404".into(),
+        500 => "500".into(),
+        503 => "503".into(),
+        other => other.to_string().into(),
+    }
 }
