@@ -132,19 +132,7 @@ impl ServiceInfo {
         view: View<'_>,
         last_ref_time: Millis,
     ) -> Self {
-        let selected = understudy_core::select(
-            service,
-            &understudy_core::Selection {
-                clusters: view.clusters,
-                healthy_only: view.healthy_only,
-                enabled_only: true,
-            },
-        );
-        let hosts = selected
-            .instances
-            .iter()
-            .map(|i| InstanceJson::new(key, i))
-            .collect();
+        let (hosts, reach_protection_threshold) = select_hosts(key, service, view);
         let name = match style {
             NameStyle::Grouped => key.grouped_name(),
             NameStyle::Plain => key.name.to_string(),
@@ -154,10 +142,34 @@ impl ServiceInfo {
             key,
             view.clusters_raw,
             hosts,
-            selected.reach_protection_threshold,
+            reach_protection_threshold,
             last_ref_time,
         )
     }
+}
+
+/// Selects from `service` (which may not exist) as Nacos does: enabled
+/// instances only, protect threshold applied; the hosts and whether the
+/// threshold was reached.
+fn select_hosts(
+    key: &ServiceKey,
+    service: Option<&Service>,
+    view: View<'_>,
+) -> (Vec<InstanceJson>, bool) {
+    let selected = understudy_core::select(
+        service,
+        &understudy_core::Selection {
+            clusters: view.clusters,
+            healthy_only: view.healthy_only,
+            enabled_only: true,
+        },
+    );
+    let hosts = selected
+        .instances
+        .iter()
+        .map(|i| InstanceJson::new(key, i))
+        .collect();
+    (hosts, selected.reach_protection_threshold)
 }
 
 /// A selection's hosts already written as JSON, with the flag the
@@ -175,23 +187,11 @@ impl Hosts {
     /// Selects from `service` as [`ServiceInfo::render`] does and writes
     /// the hosts.
     pub fn render(key: &ServiceKey, service: Option<&Service>, view: View<'_>) -> Self {
-        let selected = understudy_core::select(
-            service,
-            &understudy_core::Selection {
-                clusters: view.clusters,
-                healthy_only: view.healthy_only,
-                enabled_only: true,
-            },
-        );
-        let hosts: Vec<InstanceJson> = selected
-            .instances
-            .iter()
-            .map(|i| InstanceJson::new(key, i))
-            .collect();
+        let (hosts, reach_protection_threshold) = select_hosts(key, service, view);
         let json = serde_json::value::to_raw_value(&hosts).expect("instances always serialize");
         Self {
             json,
-            reach_protection_threshold: selected.reach_protection_threshold,
+            reach_protection_threshold,
         }
     }
 }
