@@ -426,15 +426,15 @@ fn verdict(holds: Option<bool>) -> &'static str {
     }
 }
 
-fn ratio_row(what: &str, ours: Option<f64>, other: Option<f64>, unit: &str, wanted: f64) -> Row {
+fn ratio_row(what: &str, ours: Option<f64>, other: Option<f64>, wanted: f64) -> Row {
     let ratio = ours
         .zip(other)
         .filter(|(_, o)| *o > 0.0)
         .map(|(u, o)| u / o);
     Row {
         what: what.to_owned(),
-        ours: num(ours, unit),
-        other: num(other, unit),
+        ours: num(ours, ""),
+        other: num(other, ""),
         ratio: ratio.map_or("—".into(), |r| format!("{r:.2}×")),
         wanted: format!("≥ {wanted}×"),
         met: verdict(ratio.map(|r| r >= wanted)),
@@ -458,50 +458,27 @@ pub fn summary(runs: &[Run], plan: &Plan) -> String {
     let f = Figures::of(runs);
     let (u, r, c) = ("understudy", "r-nacos", "ceiling");
     let cluster = format!("understudy×{}", plan.cluster_nodes);
-    let mut rows = vec![
-        ratio_row(
-            "gRPC query ÷ tonic echo (ops/s)",
-            f.rate(u, "query"),
-            f.rate(c, "query"),
-            "",
-            0.85,
-        ),
-        ratio_row(
-            "gRPC query ÷ r-nacos (ops per server CPU-s)",
-            f.per_cpu(u, "query"),
-            f.per_cpu(r, "query"),
-            "",
-            2.5,
-        ),
-        ratio_row(
-            "gRPC register ÷ tonic echo (ops/s)",
-            f.rate(u, "register"),
-            f.rate(c, "register"),
-            "",
-            0.7,
-        ),
-        ratio_row(
-            "gRPC register ÷ r-nacos (ops per server CPU-s)",
-            f.per_cpu(u, "register"),
-            f.per_cpu(r, "register"),
-            "",
-            1.5,
-        ),
-        ratio_row(
-            "HTTP beat ÷ hyper (ops/s)",
-            f.rate(u, "beat"),
-            f.rate(c, "beat"),
-            "",
-            0.6,
-        ),
-        ratio_row(
-            "HTTP beat ÷ r-nacos (ops per server CPU-s)",
-            f.per_cpu(u, "beat"),
-            f.per_cpu(r, "beat"),
-            "",
-            2.0,
-        ),
-    ];
+    // Each throughput mode against its ceiling (ops/s) and against r-nacos
+    // (ops per server CPU-second).
+    let mut rows = Vec::new();
+    for (mode, name, ceiling, vs_ceiling, vs_rnacos) in [
+        ("query", "gRPC query", "tonic echo", 0.85, 2.5),
+        ("register", "gRPC register", "tonic echo", 0.7, 1.5),
+        ("beat", "HTTP beat", "hyper", 0.6, 2.0),
+    ] {
+        rows.push(ratio_row(
+            &format!("{name} ÷ {ceiling} (ops/s)"),
+            f.rate(u, mode),
+            f.rate(c, mode),
+            vs_ceiling,
+        ));
+        rows.push(ratio_row(
+            &format!("{name} ÷ r-nacos (ops per server CPU-s)"),
+            f.per_cpu(u, mode),
+            f.per_cpu(r, mode),
+            vs_rnacos,
+        ));
+    }
     let p99 = |t: &str| f.get(t, "push", |r| r.p99_ms);
     let missed = |t: &str| {
         f.0.get(&(t.to_owned(), "push".to_owned()))
@@ -553,7 +530,6 @@ pub fn summary(runs: &[Run], plan: &Plan) -> String {
             &format!("{}-node register ÷ single node (ops/s)", plan.cluster_nodes),
             f.rate(&cluster, "register"),
             f.rate(u, "register"),
-            "",
             0.5,
         );
         row.other = format!("{} (single node)", row.other);
