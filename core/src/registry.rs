@@ -79,6 +79,8 @@ pub struct NamespaceSummary {
     pub explicit: bool,
     /// How many services it holds.
     pub services: usize,
+    /// How many instances its services hold.
+    pub instances: usize,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -87,6 +89,12 @@ struct Namespace {
     /// Keyed by the full key so lookups need no allocation; keys sort by
     /// group, so one group is one range.
     services: BTreeMap<ServiceKey, Arc<Service>>,
+}
+
+impl Namespace {
+    fn instances(&self) -> usize {
+        self.services.values().map(|s| s.instances().len()).sum()
+    }
 }
 
 /// A page of a listing.
@@ -308,6 +316,10 @@ impl Registry {
                 .namespaces
                 .get(&NamespaceId::public())
                 .map_or(0, |ns| ns.services.len()),
+            instances: self
+                .namespaces
+                .get(&NamespaceId::public())
+                .map_or(0, Namespace::instances),
         }];
         list.extend(
             self.namespaces
@@ -321,6 +333,7 @@ impl Registry {
                     }),
                     explicit: ns.info.is_some(),
                     services: ns.services.len(),
+                    instances: ns.instances(),
                 }),
         );
         list

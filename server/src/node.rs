@@ -216,6 +216,7 @@ impl State {
             }
         }
         drop(liveness);
+        count_lifecycle(commands, &results);
         if any {
             let batch: Arc<[Change]> = results.iter().flatten().flatten().cloned().collect();
             // No watcher is fine.
@@ -920,5 +921,33 @@ impl Node {
 
     pub(crate) fn deadlines_moved(&self) -> &Notify {
         &self.inner.state.deadlines_moved
+    }
+}
+
+/// Counts instance removals by cause and health transitions by direction
+/// and source, as this node applies them.
+fn count_lifecycle(commands: &[Command], results: &[Result<Vec<Change>, understudy_core::Error>]) {
+    use understudy_core::{Event, RemovalCause};
+    for (command, changes) in commands.iter().zip(results) {
+        let Ok(changes) = changes else { continue };
+        for change in changes {
+            let Event::InstanceRemoved { cause, .. } = &change.event else {
+                continue;
+            };
+            let cause = match cause {
+                RemovalCause::Deregistered => "deregistered",
+                RemovalCause::Expired => "expired",
+                RemovalCause::OwnerLost => "owner_lost",
+                RemovalCause::ConnectionClosed => "connection_closed",
+                RemovalCause::Replaced => "replaced",
+            };
+            metrics::counter!("understudy_instances_removed_total", "cause" => cause).increment(1);
+        }
+        if let Op::SetHealth { healthy, .. } = &command.op {
+            if !changes.is_empty() {
+                let to = if *healthy { "healthy" } else { "unhealthy" };
+                metrics::counter!("understudy_health_changes_total", "to" => to).increment(1);
+            }
+        }
     }
 }

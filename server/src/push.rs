@@ -122,6 +122,8 @@ struct Sub {
     in_flight: Option<InFlight>,
     /// Not retried before this time (after a failed or lost push).
     retry_at: Millis,
+    /// The last push failed or went unanswered; the next one is a retry.
+    retrying: bool,
     last_ref_time: Millis,
 }
 
@@ -153,6 +155,8 @@ pub(crate) struct PushTarget<'a, K> {
     pub(crate) clusters: &'a [ClusterName],
     /// Strictly increasing per subscription.
     pub(crate) ref_time: Millis,
+    /// This push repeats one that failed or went unanswered.
+    pub(crate) retry: bool,
 }
 
 /// A subscriber (a connection) and its subscriptions.
@@ -188,6 +192,7 @@ impl<K: Topic> Subscriber<K> {
             held: true,
             in_flight: None,
             retry_at: 0,
+            retrying: false,
             last_ref_time: 0,
         });
         sub.clusters = clusters;
@@ -225,6 +230,7 @@ impl<K: Topic> Subscriber<K> {
             clusters_raw,
             clusters: &sub.clusters,
             ref_time: sub.last_ref_time,
+            retry: false,
         }))
     }
 
@@ -274,6 +280,7 @@ impl<K: Topic> Subscriber<K> {
                         clusters_raw,
                         clusters: &sub.clusters,
                         ref_time: sub.last_ref_time,
+                        retry: sub.retrying,
                     },
                 ));
             }
@@ -282,8 +289,15 @@ impl<K: Topic> Subscriber<K> {
     }
 
     /// The client answered a push. A failure is retried after `retry`.
-    /// Returns whether the id was a push of this subscriber's.
-    pub(crate) fn ack(&self, request_id: &str, success: bool, now: Millis, retry: Millis) -> bool {
+    /// Returns how long the push was in flight, when the id was a push of
+    /// this subscriber's.
+    pub(crate) fn ack(
+        &self,
+        request_id: &str,
+        success: bool,
+        now: Millis,
+        retry: Millis,
+    ) -> Option<Millis> {
         let mut state = lock(&self.state);
         let found = state
             .subs
@@ -294,17 +308,16 @@ impl<K: Topic> Subscriber<K> {
                     .as_ref()
                     .is_some_and(|f| f.request_id == request_id)
             });
-        let Some(sub) = found else {
-            return false;
-        };
-        sub.in_flight = None;
+        let sub = found?;
+        let sent_at = sub.in_flight.take().map_or(now, |f| f.sent_at);
+        sub.retrying = !success;
         if !success {
             sub.dirty = true;
             sub.retry_at = now.saturating_add(retry);
         }
         drop(state);
         self.wake.notify_one();
-        true
+        Some(now.saturating_sub(sent_at))
     }
 
     /// Gives up on pushes unanswered for `timeout`: they are retried after
@@ -320,6 +333,7 @@ impl<K: Topic> Subscriber<K> {
             {
                 sub.in_flight = None;
                 sub.dirty = true;
+                sub.retrying = true;
                 sub.retry_at = now.saturating_add(retry);
                 expired += 1;
             }
@@ -361,6 +375,10 @@ mod tests {
         s.due_pushes(now, |id, t| (id.to_owned(), t.ref_time))
     }
 
+    fn due_retries(s: &Subscriber<ServiceKey>, now: Millis) -> Vec<(String, bool)> {
+        s.due_pushes(now, |id, t| (id.to_owned(), t.retry))
+    }
+
     #[test]
     fn a_change_after_subscribing_is_pushed_once_released() {
         let hub: Hub<ServiceKey> = Hub::default();
@@ -391,7 +409,7 @@ mod tests {
             hub.changed(&change("a"));
         }
         assert!(due(&sub, 101).is_empty(), "one push in flight at a time");
-        assert!(sub.ack(&first[0].0, true, 102, 1000));
+        assert_eq!(sub.ack(&first[0].0, true, 102, 1000), Some(2));
         let second = due(&sub, 100);
         assert_eq!(second.len(), 1, "five changes, one push");
         assert!(
@@ -407,19 +425,28 @@ mod tests {
         hub.subscribe(&sub, &key("a"), "", vec![]);
         sub.release(&key("a"), "");
         hub.changed(&change("a"));
-        let first = due(&sub, 0);
+        let first = due_retries(&sub, 0);
+        assert_eq!(first.len(), 1);
+        assert!(!first[0].1, "a first push is no retry");
         assert_eq!(sub.next_timer(5000), Some(5000));
         assert_eq!(sub.expire(4999, 5000, 1000), 0);
         assert_eq!(sub.expire(5000, 5000, 1000), 1);
         assert!(due(&sub, 5999).is_empty(), "waits for the retry delay");
-        let retry = due(&sub, 6000);
+        let retry = due_retries(&sub, 6000);
         assert_eq!(retry.len(), 1);
+        assert!(retry[0].1, "a lost push is retried");
         assert!(
-            !sub.ack(&first[0].0, true, 6001, 1000),
+            sub.ack(&first[0].0, true, 6001, 1000).is_none(),
             "a stale ack is ignored"
         );
-        assert!(sub.ack(&retry[0].0, false, 6001, 1000));
-        assert_eq!(due(&sub, 7001).len(), 1, "a failed push is retried");
+        assert_eq!(sub.ack(&retry[0].0, false, 6001, 1000), Some(1));
+        let again = due_retries(&sub, 7001);
+        assert_eq!(again.len(), 1);
+        assert!(again[0].1, "a failed push is retried");
+        assert_eq!(sub.ack(&again[0].0, true, 7011, 1000), Some(10));
+        hub.changed(&change("a"));
+        let next = due_retries(&sub, 7012);
+        assert!(!next[0].1, "a success ends the retries");
     }
 
     #[test]

@@ -863,8 +863,8 @@ async fn metrics_expose_request_counts_latencies_and_registry_sizes() {
     for needle in [
         "understudy_http_requests_total{route=\"/nacos/v1/ns/instance\",method=\"POST\",status=\"200\"}",
         "understudy_http_request_seconds_bucket",
-        "understudy_instances ",
-        "understudy_services ",
+        "understudy_instances{namespace=\"public\"} 1",
+        "understudy_services{namespace=\"public\"} 1",
         "understudy_revision ",
     ] {
         assert!(text.contains(needle), "missing {needle} in\n{text}");

@@ -262,12 +262,15 @@ fn answered(node: &Node, conn: &Conn, ack: &ClientAck) {
         return;
     }
     let grpc = node.config().grpc;
-    if conn
-        .subscriber
-        .ack(request_id, ack.succeeded(), node.now(), grpc.push_retry)
-    {
-        metrics::counter!("understudy_pushes_acknowledged_total", "success" => ack.succeeded().to_string()).increment(1);
-    }
+    let Some(in_flight) =
+        conn.subscriber
+            .ack(request_id, ack.succeeded(), node.now(), grpc.push_retry)
+    else {
+        return;
+    };
+    let success = if ack.succeeded() { "true" } else { "false" };
+    metrics::counter!("understudy_pushes_acknowledged_total", "success" => success).increment(1);
+    metrics::histogram!("understudy_push_seconds").record(in_flight as f64 / 1000.0);
 }
 
 /// Pushes due subscriptions (services and config listeners) to one
@@ -283,7 +286,9 @@ async fn push(node: Node, conn: Arc<Conn>) {
         if expired > 0 {
             metrics::counter!("understudy_pushes_timed_out_total").increment(expired as u64);
         }
+        let mut retries = 0_u64;
         let mut pushes = subscriber.due_pushes(now, |request_id, target| {
+            retries += u64::from(target.retry);
             let hosts = naming::push_hosts(&node, &target);
             let key = target.key;
             let body = NotifySubscriber {
@@ -304,6 +309,7 @@ async fn push(node: Node, conn: Arc<Conn>) {
             )
         });
         pushes.extend(listener.due_pushes(now, |request_id, target| {
+            retries += u64::from(target.retry);
             let body = ConfigContext {
                 data_id: target.key.data_id.clone(),
                 group: target.key.group.clone(),
@@ -314,6 +320,9 @@ async fn push(node: Node, conn: Arc<Conn>) {
                 &ServerRequest::new(request_id, "config", body),
             )
         }));
+        if retries > 0 {
+            metrics::counter!("understudy_push_retries_total").increment(retries);
+        }
         for payload in pushes {
             if !node.push_passes_faults().await {
                 continue;

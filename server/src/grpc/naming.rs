@@ -89,6 +89,7 @@ pub(crate) async fn dispatch(node: &Node, conn: &Arc<Conn>, envelope: Envelope) 
     if !conn.is_registered() {
         return error_response(UN_REGISTER, "Connection is unregistered.");
     }
+    let started = std::time::Instant::now();
     let result = match kind.as_str() {
         "HealthCheckRequest" => Ok(seal("HealthCheckResponse", &Response::ok(Empty {}))),
         "InstanceRequest" => instance(node, conn, &envelope, Persistence::Connection).await,
@@ -109,7 +110,11 @@ pub(crate) async fn dispatch(node: &Node, conn: &Arc<Conn>, envelope: Envelope) 
         }),
     };
     let outcome = if result.is_ok() { "ok" } else { "error" };
-    metrics::counter!("understudy_grpc_requests_total", "type" => known_type(&kind), "outcome" => outcome).increment(1);
+    let kind = known_type(&kind);
+    metrics::counter!("understudy_grpc_requests_total", "type" => kind, "outcome" => outcome)
+        .increment(1);
+    metrics::histogram!("understudy_grpc_request_seconds", "type" => kind)
+        .record(started.elapsed().as_secs_f64());
     result.unwrap_or_else(Failure::into_payload)
 }
 

@@ -187,6 +187,8 @@ struct Snapshot {
 
 impl Snapshot {
     async fn send(self, node: &Node, tx: &Outbox) -> Result<(), ()> {
+        metrics::counter!("understudy_watch_snapshots_total", "reason" => self.reason.as_str_name())
+            .increment(1);
         let reset = |services, last| WatchEvent {
             token: Some(token(node, self.revision)),
             event: Some(watch_event::Event::Reset(native::Reset {
@@ -332,15 +334,80 @@ fn start(node: &Node, scope: &Scope, resume: Option<&ResumeToken>) -> Start {
     }
 }
 
+type WatchStream = ReceiverStream<Result<WatchEvent, tonic::Status>>;
+type SessionStream = ReceiverStream<Result<native::SessionResponse, tonic::Status>>;
+
+/// Counts and times one native call by method and outcome.
+async fn observed<T>(
+    method: &'static str,
+    call: impl std::future::Future<Output = Result<T, tonic::Status>>,
+) -> Result<T, tonic::Status> {
+    let started = std::time::Instant::now();
+    let result = call.await;
+    let code = match &result {
+        Ok(_) => "Ok".to_owned(),
+        Err(status) => format!("{:?}", status.code()),
+    };
+    metrics::counter!("understudy_native_requests_total", "method" => method, "code" => code)
+        .increment(1);
+    metrics::histogram!("understudy_native_request_seconds", "method" => method)
+        .record(started.elapsed().as_secs_f64());
+    result
+}
+
 #[tonic::async_trait]
 impl RegistryApi for NativeApi {
-    type WatchStream = ReceiverStream<Result<WatchEvent, tonic::Status>>;
-    type SessionStream = ReceiverStream<Result<native::SessionResponse, tonic::Status>>;
+    type WatchStream = WatchStream;
+    type SessionStream = SessionStream;
 
     async fn session(
         &self,
         request: tonic::Request<tonic::Streaming<native::SessionRequest>>,
-    ) -> Result<tonic::Response<Self::SessionStream>, tonic::Status> {
+    ) -> Result<tonic::Response<SessionStream>, tonic::Status> {
+        observed("Session", self.open_session(request)).await
+    }
+
+    async fn watch(
+        &self,
+        request: tonic::Request<WatchRequest>,
+    ) -> Result<tonic::Response<WatchStream>, tonic::Status> {
+        observed("Watch", self.open_watch(request)).await
+    }
+
+    async fn list_namespaces(
+        &self,
+        request: tonic::Request<ListNamespacesRequest>,
+    ) -> Result<tonic::Response<ListNamespacesResponse>, tonic::Status> {
+        observed("ListNamespaces", self.namespaces(request)).await
+    }
+
+    async fn list_groups(
+        &self,
+        request: tonic::Request<native::ListGroupsRequest>,
+    ) -> Result<tonic::Response<native::ListGroupsResponse>, tonic::Status> {
+        observed("ListGroups", self.groups(request)).await
+    }
+
+    async fn list_services(
+        &self,
+        request: tonic::Request<ListServicesRequest>,
+    ) -> Result<tonic::Response<ListServicesResponse>, tonic::Status> {
+        observed("ListServices", self.services(request)).await
+    }
+
+    async fn get_service(
+        &self,
+        request: tonic::Request<GetServiceRequest>,
+    ) -> Result<tonic::Response<GetServiceResponse>, tonic::Status> {
+        observed("GetService", self.service(request)).await
+    }
+}
+
+impl NativeApi {
+    async fn open_session(
+        &self,
+        request: tonic::Request<tonic::Streaming<native::SessionRequest>>,
+    ) -> Result<tonic::Response<SessionStream>, tonic::Status> {
         let (tx, rx) = mpsc::channel(64);
         tokio::spawn(Self::run_session(
             self.node.clone(),
@@ -350,10 +417,10 @@ impl RegistryApi for NativeApi {
         Ok(tonic::Response::new(ReceiverStream::new(rx)))
     }
 
-    async fn watch(
+    async fn open_watch(
         &self,
         request: tonic::Request<WatchRequest>,
-    ) -> Result<tonic::Response<Self::WatchStream>, tonic::Status> {
+    ) -> Result<tonic::Response<WatchStream>, tonic::Status> {
         let request = request.into_inner();
         let scope = Scope::parse(&request)?;
         let node = self.node.clone();
@@ -371,10 +438,12 @@ impl RegistryApi for NativeApi {
         let (tx, rx) = mpsc::channel(WATCHER_BUFFER);
         metrics::gauge!("understudy_watches").increment(1.0);
         tokio::spawn(async move {
+            let sent = metrics::counter!("understudy_watch_events_total");
             let forward = async {
                 if let Some(snapshot) = snapshot {
                     snapshot.send(&node, &tx).await?;
                 }
+                sent.increment(missed.len() as u64);
                 for event in missed {
                     tx.send(Ok(event)).await.map_err(|_| ())?;
                 }
@@ -411,6 +480,7 @@ impl RegistryApi for NativeApi {
                                         event: Some(watch_event::Event::Change(rendered)),
                                     };
                                     tx.send(Ok(event)).await.map_err(|_| ())?;
+                                    sent.increment(1);
                                 }
                             }
                         }
@@ -432,7 +502,7 @@ impl RegistryApi for NativeApi {
         Ok(tonic::Response::new(ReceiverStream::new(rx)))
     }
 
-    async fn list_namespaces(
+    async fn namespaces(
         &self,
         _: tonic::Request<ListNamespacesRequest>,
     ) -> Result<tonic::Response<ListNamespacesResponse>, tonic::Status> {
@@ -451,7 +521,7 @@ impl RegistryApi for NativeApi {
         Ok(tonic::Response::new(ListNamespacesResponse { namespaces }))
     }
 
-    async fn list_groups(
+    async fn groups(
         &self,
         request: tonic::Request<native::ListGroupsRequest>,
     ) -> Result<tonic::Response<native::ListGroupsResponse>, tonic::Status> {
@@ -467,7 +537,7 @@ impl RegistryApi for NativeApi {
         Ok(tonic::Response::new(native::ListGroupsResponse { groups }))
     }
 
-    async fn list_services(
+    async fn services(
         &self,
         request: tonic::Request<ListServicesRequest>,
     ) -> Result<tonic::Response<ListServicesResponse>, tonic::Status> {
@@ -489,7 +559,7 @@ impl RegistryApi for NativeApi {
         }))
     }
 
-    async fn get_service(
+    async fn service(
         &self,
         request: tonic::Request<GetServiceRequest>,
     ) -> Result<tonic::Response<GetServiceResponse>, tonic::Status> {

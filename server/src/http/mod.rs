@@ -173,6 +173,7 @@ pub fn router(node: Node) -> Router {
         .route("/health", get(ops::health))
         .route("/ready", get(ops::ready))
         .route("/metrics", get(ops::metrics))
+        .route("/nacos/actuator/prometheus", get(ops::metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn(record))

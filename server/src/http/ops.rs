@@ -493,38 +493,9 @@ pub(crate) async fn ready(State(node): State<Node>) -> Response {
 }
 
 pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
-    let counts = state.node.registry().counts();
-    metrics::gauge!("understudy_namespaces").set(counts.namespaces as f64);
-    metrics::gauge!("understudy_services").set(counts.services as f64);
-    metrics::gauge!("understudy_instances").set(counts.instances as f64);
-    metrics::gauge!("understudy_revision").set(state.node.registry().revision() as f64);
-    metrics::gauge!("understudy_subscriptions").set(state.node.state().hub().len() as f64);
-    metrics::gauge!("understudy_config_listeners")
-        .set(state.node.state().config_hub().len() as f64);
-    metrics::gauge!("understudy_udp_subscribers")
-        .set(state.node.udp().map_or(0, |u| u.len()) as f64);
-    metrics::gauge!("understudy_beat_tracked_instances")
-        .set(state.node.state().liveness().len() as f64);
-    let node = &state.node;
-    let labels = [
-        ("dc", node.config().dc.clone()),
-        ("node", node.config().node_id.to_string()),
-    ];
-    if let Some(lag) = node.view_lag() {
-        metrics::gauge!("understudy_view_lag_seconds", &labels).set(lag.as_secs_f64());
-    }
-    let status = node.cluster_status();
-    metrics::gauge!("understudy_raft_term", &labels).set(status.term as f64);
-    metrics::gauge!("understudy_raft_last_applied", &labels).set(status.last_applied as f64);
-    metrics::gauge!("understudy_raft_is_leader", &labels).set(if status.role == "leader" {
-        1.0
-    } else {
-        0.0
-    });
-    state.metrics.run_upkeep();
     (
         [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-        state.metrics.render(),
+        crate::metrics::render(&state.node, &state.metrics),
     )
         .into_response()
 }

@@ -300,6 +300,26 @@ impl ClusterStatus {
             members,
         }
     }
+
+    /// The highest log index known committed here: on the leader the
+    /// index a majority of voters holds, elsewhere the last applied one
+    /// (a follower applies only what it knows committed).
+    pub fn committed(&self) -> u64 {
+        if self.role != "leader" {
+            return self.last_applied;
+        }
+        let mut matched: Vec<u64> = self
+            .members
+            .iter()
+            .filter(|m| m.voter)
+            .map(|m| m.matched.unwrap_or(0))
+            .collect();
+        matched.sort_unstable_by(|a, b| b.cmp(a));
+        matched
+            .get(matched.len() / 2)
+            .copied()
+            .unwrap_or(self.last_applied)
+    }
 }
 
 /// Starts this node as a member of the configured cluster: its raft
