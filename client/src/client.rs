@@ -7,6 +7,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use understudy_core::ServiceKey;
+use understudy_proto::native::registry_client::RegistryClient;
+use understudy_proto::native::LoginRequest;
 
 use crate::directory::Directory;
 use crate::ClientError;
@@ -40,6 +42,22 @@ pub struct ClientBuilder {
     keepalive: Option<Duration>,
     empty_protection: EmptyProtection,
     cache_dir: Option<std::path::PathBuf>,
+    credentials: Option<Credentials>,
+}
+
+/// A user's name and password, exchanged for a token with the server.
+#[derive(Clone)]
+struct Credentials {
+    username: String,
+    password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ClientBuilder {
@@ -91,6 +109,18 @@ impl ClientBuilder {
         self
     }
 
+    /// Logs in as this user, for a server with auth on: the client
+    /// exchanges the name and password for a token before its first call,
+    /// sends it with every call, and logs in again when the token is past
+    /// half its life or the server refuses it.
+    pub fn credentials(mut self, username: impl Into<String>, password: impl Into<String>) -> Self {
+        self.credentials = Some(Credentials {
+            username: username.into(),
+            password: password.into(),
+        });
+        self
+    }
+
     /// The directories' empty-push policy.
     pub fn empty_protection(mut self, policy: EmptyProtection) -> Self {
         self.empty_protection = policy;
@@ -129,6 +159,8 @@ impl ClientBuilder {
                 cancel: CancellationToken::new(),
                 tasks: TaskTracker::new(),
                 session: std::sync::Mutex::new(None),
+                credentials: self.credentials,
+                token: tokio::sync::Mutex::new(None),
             }),
         })
     }
@@ -147,6 +179,9 @@ pub(crate) struct Inner {
     tasks: TaskTracker,
     /// The provider session, started on first use.
     session: std::sync::Mutex<Option<tokio::sync::mpsc::Sender<crate::session::Request>>>,
+    credentials: Option<Credentials>,
+    /// The token and when to log in again.
+    token: tokio::sync::Mutex<Option<(String, tokio::time::Instant)>>,
 }
 
 impl Drop for Inner {
@@ -156,6 +191,52 @@ impl Drop for Inner {
 }
 
 impl Inner {
+    /// `message` as a call carrying this client's token, logging in over
+    /// `channel` first when there is no token or it is past half its life.
+    pub(crate) async fn request<T>(
+        &self,
+        channel: &tonic::transport::Channel,
+        message: T,
+    ) -> Result<tonic::Request<T>, String> {
+        let mut request = tonic::Request::new(message);
+        let Some(credentials) = &self.credentials else {
+            return Ok(request);
+        };
+        let mut token = self.token.lock().await;
+        let now = tokio::time::Instant::now();
+        let fresh = token.as_ref().filter(|(_, renew_at)| *renew_at > now);
+        let value = match fresh {
+            Some((value, _)) => value.clone(),
+            None => {
+                let answer = RegistryClient::new(channel.clone())
+                    .login(LoginRequest {
+                        username: credentials.username.clone(),
+                        password: credentials.password.clone(),
+                    })
+                    .await
+                    .map_err(|s| format!("login as {}: {}", credentials.username, s.message()))?
+                    .into_inner();
+                let renew_at = now + Duration::from_secs(answer.ttl_seconds / 2);
+                *token = Some((answer.token.clone(), renew_at));
+                answer.token
+            }
+        };
+        let bearer = format!("Bearer {value}")
+            .parse()
+            .map_err(|_| "the server issued a token that is no header value".to_owned())?;
+        request.metadata_mut().insert("authorization", bearer);
+        Ok(request)
+    }
+
+    /// A refused call's message; a refused token is dropped, so the next
+    /// attempt logs in again.
+    pub(crate) async fn refused(&self, status: tonic::Status) -> String {
+        if status.code() == tonic::Code::Unauthenticated {
+            *self.token.lock().await = None;
+        }
+        status.message().to_owned()
+    }
+
     /// The reconnect delay after `failures` consecutive failures, with
     /// jitter between half and all of the exponential step.
     pub(crate) fn backoff(&self, failures: u32) -> Duration {

@@ -262,7 +262,7 @@ async fn watch_once(
     follower: &mut Follower,
     reconnect: &mut Reconnect,
 ) -> Result<(), String> {
-    let mut client = RegistryClient::new(connect(endpoint, inner.connect_timeout).await?);
+    let channel = connect(endpoint, inner.connect_timeout).await?;
     let service = &follower.shared.service;
     let request = WatchRequest {
         namespace: service.namespace.to_string(),
@@ -270,11 +270,11 @@ async fn watch_once(
         service: service.name.to_string(),
         resume: follower.token.clone(),
     };
-    let mut stream = client
-        .watch(request)
-        .await
-        .map_err(|s| s.message().to_owned())?
-        .into_inner();
+    let request = inner.request(&channel, request).await?;
+    let mut stream = match RegistryClient::new(channel).watch(request).await {
+        Ok(stream) => stream.into_inner(),
+        Err(status) => return Err(inner.refused(status).await),
+    };
     follower.reset = None;
     while let Some(event) = stream.message().await.map_err(|s| s.message().to_owned())? {
         reconnect.succeeded();

@@ -113,7 +113,7 @@ pub(crate) async fn run(
         drop(client);
         let outcome = tokio::select! {
             () = cancel.cancelled() => return,
-            outcome = session_once(&endpoint, timeout, keepalive, &mut desired, &mut requests, &mut reconnect) => outcome,
+            outcome = session_once(&inner, &endpoint, timeout, keepalive, &mut desired, &mut requests, &mut reconnect) => outcome,
         };
         match outcome {
             Ok(()) => return, // the client went away
@@ -135,6 +135,7 @@ pub(crate) async fn run(
 
 /// One session connection. `Ok` when the client is gone, `Err` to reconnect.
 async fn session_once(
+    inner: &Weak<Inner>,
     endpoint: &Endpoint,
     timeout: Duration,
     keepalive: Duration,
@@ -144,11 +145,16 @@ async fn session_once(
 ) -> Result<(), String> {
     let channel = connect(endpoint, timeout).await?;
     let (tx, outgoing) = mpsc::channel::<SessionRequest>(64);
-    let mut answers = RegistryClient::new(channel)
-        .session(tokio_stream::wrappers::ReceiverStream::new(outgoing))
-        .await
-        .map_err(|s| s.message().to_owned())?
-        .into_inner();
+    let outgoing = tokio_stream::wrappers::ReceiverStream::new(outgoing);
+    let Some(client) = inner.upgrade() else {
+        return Ok(());
+    };
+    let request = client.request(&channel, outgoing).await?;
+    let mut answers = match RegistryClient::new(channel).session(request).await {
+        Ok(answers) => answers.into_inner(),
+        Err(status) => return Err(client.refused(status).await),
+    };
+    drop(client);
     let mut next_id: u64 = 1;
     let send = |request: SessionRequest| {
         let tx = tx.clone();

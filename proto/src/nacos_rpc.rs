@@ -25,6 +25,8 @@ pub const NO_HANDLER: i32 = 302;
 pub const INVALID_PARAM: i32 = 400;
 /// Error code: the server failed.
 pub const SERVER_ERROR: i32 = 500;
+/// `errorCode` of a request refused by auth (Java re-logs in on it).
+pub const NO_RIGHT: i32 = 403;
 /// Error code: the body could not be parsed.
 pub const BAD_GATEWAY: i32 = 502;
 /// Error code: the server is overloaded.
@@ -142,6 +144,13 @@ pub struct Empty {}
 /// An `ErrorResponse`. Built from a code, or (for validation errors) with
 /// `resultCode` equal to `errorCode`, as Nacos does.
 pub fn error_response(error_code: i32, message: impl Into<String>) -> Payload {
+    error_response_as("ErrorResponse", error_code, message)
+}
+
+/// A failure in a given response type: Nacos answers some failures (auth
+/// refusals) in the handler's own response type, and clients act on the
+/// `errorCode` only there.
+pub fn error_response_as(kind: &str, error_code: i32, message: impl Into<String>) -> Payload {
     let result_code = if error_code == INVALID_PARAM {
         INVALID_PARAM
     } else {
@@ -155,7 +164,7 @@ pub fn error_response(error_code: i32, message: impl Into<String>) -> Payload {
         request_id: None,
         body: Empty {},
     };
-    seal("ErrorResponse", &body)
+    seal(kind, &body)
 }
 
 /// `ServerCheckResponse`.

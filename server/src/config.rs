@@ -245,6 +245,40 @@ pub struct Settings {
         value_delimiter = ','
     )]
     pub apply_delay: Option<Vec<String>>,
+    /// Require a token on API calls, as Nacos does with `nacos.core.auth.enabled` [default: false].
+    #[arg(long, env = "UNDERSTUDY_AUTH_ENABLED", value_name = "BOOL")]
+    pub auth_enabled: Option<bool>,
+    /// Key tokens are signed with (HMAC-SHA256), at least 32 bytes; the same on every node, so a token stays valid when its client moves to another node.
+    #[arg(long, env = "UNDERSTUDY_AUTH_TOKEN_SECRET", hide_env_values = true)]
+    pub auth_token_secret: Option<String>,
+    /// How long a token lasts, s (Nacos: 18000) [default: 18000].
+    #[arg(long, env = "UNDERSTUDY_AUTH_TOKEN_TTL_S")]
+    pub auth_token_ttl_s: Option<u64>,
+    /// The users who may log in (config file only: `[[users]]` tables with `name`, `password_hash` as bcrypt, and `admin`).
+    #[arg(skip)]
+    pub users: Option<Vec<UserSetting>>,
+}
+
+/// One `[[users]]` table of the config file.
+#[derive(Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserSetting {
+    /// The login name.
+    pub name: String,
+    /// The password's bcrypt hash (`$2b$...`), as `understudy ctl hash-password` prints it.
+    pub password_hash: String,
+    /// Whether the user may call the admin and chaos endpoints.
+    #[serde(default)]
+    pub admin: bool,
+}
+
+impl std::fmt::Debug for UserSetting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserSetting")
+            .field("name", &self.name)
+            .field("admin", &self.admin)
+            .finish_non_exhaustive()
+    }
 }
 
 macro_rules! layer {
@@ -302,6 +336,10 @@ impl Settings {
             chaos_seed,
             tick_ms,
             apply_delay,
+            auth_enabled,
+            auth_token_secret,
+            auth_token_ttl_s,
+            users,
         )
     }
 
@@ -371,6 +409,98 @@ pub struct ValidConfig {
     pub data_dir: Option<PathBuf>,
     /// The multi-DC fault model and view-lag ticks.
     pub chaos: ChaosConfig,
+    /// Who may call, when auth is on.
+    pub auth: AuthConfig,
+}
+
+/// Authentication: off by default, as in Nacos.
+#[derive(Clone, Default)]
+pub struct AuthConfig {
+    /// Whether calls need a token.
+    pub enabled: bool,
+    /// The token signing key (set when enabled).
+    pub token_secret: Vec<u8>,
+    /// How long a token lasts.
+    pub token_ttl: Duration,
+    /// The users who may log in.
+    pub users: Vec<UserSetting>,
+}
+
+impl std::fmt::Debug for AuthConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthConfig")
+            .field("enabled", &self.enabled)
+            .field("token_ttl", &self.token_ttl)
+            .field("users", &self.users)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AuthConfig {
+    fn from_settings(
+        enabled: Option<bool>,
+        secret: Option<String>,
+        ttl_s: Option<u64>,
+        users: Option<Vec<UserSetting>>,
+    ) -> Result<Self, ConfigError> {
+        let enabled = enabled.unwrap_or(false);
+        let token_ttl = Duration::from_secs(positive("auth_token_ttl_s", ttl_s, 18_000)?);
+        let users = users.unwrap_or_default();
+        let mut names = std::collections::BTreeSet::new();
+        for user in &users {
+            if user.name.trim().is_empty() || user.name.chars().any(char::is_control) {
+                return Err(invalid("users", "a user's name must not be empty"));
+            }
+            if !names.insert(user.name.as_str()) {
+                return Err(invalid(
+                    "users",
+                    format!("user '{}' is given twice", user.name),
+                ));
+            }
+            if user.password_hash.parse::<bcrypt::HashParts>().is_err() {
+                return Err(invalid(
+                    "users",
+                    format!(
+                        "the password_hash of user '{}' is not a bcrypt hash ($2b$...); make one with `understudy ctl hash-password`",
+                        user.name
+                    ),
+                ));
+            }
+        }
+        let token_secret = secret.filter(|s| !s.is_empty()).map(String::into_bytes);
+        if !enabled {
+            return Ok(Self {
+                enabled,
+                token_secret: token_secret.unwrap_or_default(),
+                token_ttl,
+                users,
+            });
+        }
+        let Some(token_secret) = token_secret else {
+            return Err(invalid(
+                "auth_token_secret",
+                "is required when auth_enabled is true: at least 32 bytes, the same on every node",
+            ));
+        };
+        if token_secret.len() < 32 {
+            return Err(invalid(
+                "auth_token_secret",
+                format!("must be at least 32 bytes, got {}", token_secret.len()),
+            ));
+        }
+        if users.is_empty() {
+            return Err(invalid(
+                "users",
+                "auth_enabled needs at least one [[users]] entry in the config file",
+            ));
+        }
+        Ok(Self {
+            enabled,
+            token_secret,
+            token_ttl,
+            users,
+        })
+    }
 }
 
 /// The multi-DC fault model's starting point and the view-lag ticks.
@@ -703,6 +833,12 @@ impl ValidConfig {
             cluster,
             data_dir,
             chaos,
+            auth: AuthConfig::from_settings(
+                s.auth_enabled,
+                s.auth_token_secret,
+                s.auth_token_ttl_s,
+                s.users,
+            )?,
         })
     }
 }
@@ -887,6 +1023,43 @@ mod tests {
         assert!(err.contains("quorum_loss_reset_ms"), "{err}");
         let err = with(900, 500).unwrap_err().to_string();
         assert!(err.contains("owner_grace_ms"), "{err}");
+    }
+
+    #[test]
+    fn auth_needs_a_long_secret_and_users_with_bcrypt_hashes() {
+        let users = "[[users]]\nname = \"ops\"\npassword_hash = \"$2b$04$ZyKyjHE75QJ0aJEkUuInLeXiTJpnrTP5g/Wr0kVlSiKKpMakGPZTa\"\nadmin = true\n";
+        let with = |extra: &str| {
+            let settings = Settings::from_toml(&format!("{extra}\n{users}")).unwrap();
+            ValidConfig::from_settings(settings)
+        };
+        let err = with("auth_enabled = true").unwrap_err().to_string();
+        assert!(err.contains("auth_token_secret"), "{err}");
+        let err = with("auth_enabled = true\nauth_token_secret = \"short\"")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("at least 32 bytes"), "{err}");
+        let long = "auth_token_secret = \"0123456789abcdef0123456789abcdef\"";
+        let config = with(&format!("auth_enabled = true\n{long}")).unwrap();
+        assert!(config.auth.enabled);
+        assert_eq!(config.auth.users[0].name, "ops");
+        assert!(config.auth.users[0].admin);
+        assert!(
+            !format!("{:?}", config.auth).contains("$2b$"),
+            "hashes stay out of logs"
+        );
+        let settings = Settings::from_toml(&format!(
+            "auth_enabled = true\n{long}\n[[users]]\nname = \"x\"\npassword_hash = \"plain\""
+        ))
+        .unwrap();
+        let err = ValidConfig::from_settings(settings)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("users") && err.contains("bcrypt"), "{err}");
+        let settings = Settings::from_toml(&format!("auth_enabled = true\n{long}")).unwrap();
+        let err = ValidConfig::from_settings(settings)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("at least one [[users]]"), "{err}");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! Component map:
 //! - `config`: flags, environment and TOML file layered and validated into
 //!   a [`ValidConfig`];
+//! - `auth`: users, login and signed tokens (off by default);
 //! - `clock`: epoch milliseconds on tokio's clock;
 //! - `node`: a running [`Node`]: applied state, the [`Propose`] write seam
 //!   that the raft layer will take over, and its background tasks;
@@ -24,6 +25,7 @@
 //! resolves; tests bind port 0 and call it in-process, or build a
 //! [`Node`] and drive [`router`] without sockets.
 
+pub mod auth;
 pub mod chaos;
 pub mod clock;
 pub mod config;

@@ -272,6 +272,8 @@ struct Inner {
     quorum_seen: Mutex<tokio::time::Instant>,
     /// How fresh the read view is.
     view: crate::view::View,
+    /// Who may call.
+    auth: crate::auth::Auth,
 }
 
 /// A connection id held open by this process; released on drop.
@@ -417,6 +419,7 @@ impl Node {
                 None
             }
         };
+        let auth = crate::auth::Auth::new(config.auth.clone());
         let node = Node {
             inner: Arc::new(Inner {
                 config,
@@ -429,6 +432,7 @@ impl Node {
                 held: Mutex::default(),
                 quorum_seen: Mutex::new(tokio::time::Instant::now()),
                 view,
+                auth,
             }),
         };
         let weak = Arc::downgrade(&node.inner);
@@ -808,6 +812,11 @@ impl Node {
     /// The configuration.
     pub fn config(&self) -> &ValidConfig {
         &self.inner.config
+    }
+
+    /// Who may call this node.
+    pub fn auth(&self) -> &crate::auth::Auth {
+        &self.inner.auth
     }
 
     /// Now, in epoch ms.

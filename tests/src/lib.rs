@@ -300,7 +300,11 @@ impl Server {
         loop {
             let mut leaders = std::collections::BTreeSet::new();
             for s in &servers {
-                let leader = match client.get(s.url("/understudy/v1/cluster")).send().await {
+                let mut ask = client.get(s.url("/understudy/v1/cluster"));
+                if let Some(secret) = &settings.cluster_secret {
+                    ask = ask.header("x-understudy-secret", secret);
+                }
+                let leader = match ask.send().await {
                     Ok(reply) => reply
                         .json::<Value>()
                         .await

@@ -529,6 +529,9 @@ async fn ctl_exports_to_a_file_and_imports_it_into_another_node() -> anyhow::Res
     let target = |server: &Server, secret: &str| Target {
         server: server.http.to_string(),
         secret: Some(secret.to_owned()),
+        username: None,
+        password: None,
+        grpc: None,
     };
     let dir = tempfile::tempdir()?;
     let file = dir.path().join("a.json");

@@ -9,10 +9,10 @@ use understudy_core::{InstanceSpec, Op, Owner, ServiceKey};
 use understudy_proto::grpc::Payload;
 use understudy_proto::nacos::{Hosts, NameStyle, ServiceInfoRef, View};
 use understudy_proto::nacos_rpc::{
-    error_response, parse_clusters, seal, BatchInstanceRequest, Empty, Envelope, InstanceAck,
-    InstanceRequest, Response, ServerCheck, ServiceInfoBody, ServiceList, ServiceListRequest,
-    ServiceQueryRequest, SubscribeServiceRequest, INVALID_PARAM, NO_HANDLER, OVER_THRESHOLD,
-    SERVER_ERROR, UN_REGISTER,
+    error_response, error_response_as, parse_clusters, seal, BatchInstanceRequest, Empty, Envelope,
+    InstanceAck, InstanceRequest, Response, ServerCheck, ServiceInfoBody, ServiceList,
+    ServiceListRequest, ServiceQueryRequest, SubscribeServiceRequest, INVALID_PARAM, NO_HANDLER,
+    NO_RIGHT, OVER_THRESHOLD, SERVER_ERROR, UN_REGISTER,
 };
 use understudy_proto::DecodeError;
 
@@ -89,6 +89,13 @@ pub(crate) async fn dispatch(node: &Node, conn: &Arc<Conn>, envelope: Envelope) 
     if !conn.is_registered() {
         return error_response(UN_REGISTER, "Connection is unregistered.");
     }
+    if kind != "HealthCheckRequest" {
+        if let Err(denied) = authorized(node, &envelope) {
+            metrics::counter!("understudy_grpc_requests_total", "type" => known_type(&kind), "outcome" => "denied")
+                .increment(1);
+            return error_response_as(response_kind(&kind), NO_RIGHT, denied.to_string());
+        }
+    }
     let started = std::time::Instant::now();
     let result = match kind.as_str() {
         "HealthCheckRequest" => Ok(seal("HealthCheckResponse", &Response::ok(Empty {}))),
@@ -116,6 +123,45 @@ pub(crate) async fn dispatch(node: &Node, conn: &Arc<Conn>, envelope: Envelope) 
     metrics::histogram!("understudy_grpc_request_seconds", "type" => kind)
         .record(started.elapsed().as_secs_f64());
     result.unwrap_or_else(Failure::into_payload)
+}
+
+/// Checks the `accessToken` header (in the payload's metadata, or in the
+/// body's `headers` as some clients send it) when auth is on.
+fn authorized(node: &Node, envelope: &Envelope) -> Result<(), crate::auth::Denied> {
+    let auth = node.auth();
+    if !auth.enabled() {
+        return Ok(());
+    }
+    #[derive(serde::Deserialize, Default)]
+    struct Headers {
+        #[serde(default)]
+        headers: std::collections::BTreeMap<String, String>,
+    }
+    let token = match envelope.headers.get("accessToken") {
+        Some(token) => Some(token.clone()),
+        None => envelope
+            .decode::<Headers>()
+            .unwrap_or_default()
+            .headers
+            .remove("accessToken"),
+    };
+    auth.check(token.as_deref(), false, node.now())
+}
+
+/// The response type a request's handler answers with.
+fn response_kind(kind: &str) -> &'static str {
+    match kind {
+        "InstanceRequest" | "PersistentInstanceRequest" => "InstanceResponse",
+        "BatchInstanceRequest" => "BatchInstanceResponse",
+        "ServiceQueryRequest" => "QueryServiceResponse",
+        "SubscribeServiceRequest" => "SubscribeServiceResponse",
+        "ServiceListRequest" => "ServiceListResponse",
+        "ConfigQueryRequest" => "ConfigQueryResponse",
+        "ConfigPublishRequest" => "ConfigPublishResponse",
+        "ConfigRemoveRequest" => "ConfigRemoveResponse",
+        "ConfigBatchListenRequest" => "ConfigChangeBatchListenResponse",
+        _ => "ErrorResponse",
+    }
 }
 
 /// Bounds the metric label to the request types understood.

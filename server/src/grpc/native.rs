@@ -364,42 +364,111 @@ impl RegistryApi for NativeApi {
         &self,
         request: tonic::Request<tonic::Streaming<native::SessionRequest>>,
     ) -> Result<tonic::Response<SessionStream>, tonic::Status> {
-        observed("Session", self.open_session(request)).await
+        observed("Session", async {
+            self.authorize(&request)?;
+            self.open_session(request).await
+        })
+        .await
     }
 
     async fn watch(
         &self,
         request: tonic::Request<WatchRequest>,
     ) -> Result<tonic::Response<WatchStream>, tonic::Status> {
-        observed("Watch", self.open_watch(request)).await
+        observed("Watch", async {
+            self.authorize(&request)?;
+            self.open_watch(request).await
+        })
+        .await
     }
 
     async fn list_namespaces(
         &self,
         request: tonic::Request<ListNamespacesRequest>,
     ) -> Result<tonic::Response<ListNamespacesResponse>, tonic::Status> {
-        observed("ListNamespaces", self.namespaces(request)).await
+        observed("ListNamespaces", async {
+            self.authorize(&request)?;
+            self.namespaces(request).await
+        })
+        .await
     }
 
     async fn list_groups(
         &self,
         request: tonic::Request<native::ListGroupsRequest>,
     ) -> Result<tonic::Response<native::ListGroupsResponse>, tonic::Status> {
-        observed("ListGroups", self.groups(request)).await
+        observed("ListGroups", async {
+            self.authorize(&request)?;
+            self.groups(request).await
+        })
+        .await
     }
 
     async fn list_services(
         &self,
         request: tonic::Request<ListServicesRequest>,
     ) -> Result<tonic::Response<ListServicesResponse>, tonic::Status> {
-        observed("ListServices", self.services(request)).await
+        observed("ListServices", async {
+            self.authorize(&request)?;
+            self.services(request).await
+        })
+        .await
     }
 
     async fn get_service(
         &self,
         request: tonic::Request<GetServiceRequest>,
     ) -> Result<tonic::Response<GetServiceResponse>, tonic::Status> {
-        observed("GetService", self.service(request)).await
+        observed("GetService", async {
+            self.authorize(&request)?;
+            self.service(request).await
+        })
+        .await
+    }
+
+    async fn login(
+        &self,
+        request: tonic::Request<native::LoginRequest>,
+    ) -> Result<tonic::Response<native::LoginResponse>, tonic::Status> {
+        observed("Login", self.log_in(request.into_inner())).await
+    }
+}
+
+impl NativeApi {
+    /// The token check, when auth is on: `authorization: Bearer TOKEN`
+    /// metadata (or `accesstoken: TOKEN`, as Nacos clients name it).
+    #[allow(clippy::result_large_err)] // tonic's error type
+    fn authorize<T>(&self, request: &tonic::Request<T>) -> Result<(), tonic::Status> {
+        let metadata = request.metadata();
+        let bearer = metadata
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let token = bearer.or_else(|| metadata.get("accesstoken").and_then(|v| v.to_str().ok()));
+        self.node
+            .auth()
+            .check(token, false, self.node.now())
+            .map_err(|denied| tonic::Status::unauthenticated(denied.to_string()))
+    }
+
+    async fn log_in(
+        &self,
+        request: native::LoginRequest,
+    ) -> Result<tonic::Response<native::LoginResponse>, tonic::Status> {
+        let auth = self.node.auth().clone();
+        let now = self.node.now();
+        // A bcrypt check takes milliseconds of CPU: not on the async threads.
+        let issued = tokio::task::spawn_blocking(move || {
+            auth.login(&request.username, &request.password, now)
+        })
+        .await
+        .map_err(|e| tonic::Status::unavailable(format!("the login could not be checked: {e}")))?
+        .map_err(|denied| tonic::Status::unauthenticated(denied.to_string()))?;
+        Ok(tonic::Response::new(native::LoginResponse {
+            token: issued.token,
+            ttl_seconds: issued.ttl_s,
+            admin: issued.admin,
+        }))
     }
 }
 

@@ -8,6 +8,7 @@ mod backup;
 mod chaos;
 mod config;
 mod error;
+mod guard;
 mod naming;
 mod ops;
 mod params;
@@ -45,6 +46,7 @@ impl FromRef<AppState> for Node {
 /// Builds the HTTP router for a node.
 pub fn router(node: Node) -> Router {
     let max_body = node.config().max_body_bytes;
+    let node_for_guard = node.clone();
     let state = AppState {
         node,
         metrics: crate::metrics::handle(),
@@ -176,6 +178,7 @@ pub fn router(node: Node) -> Router {
         .route("/nacos/actuator/prometheus", get(ops::metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(node_for_guard, guard::guard))
         .layer(middleware::from_fn(record))
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(state)

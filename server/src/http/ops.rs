@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::extract::State;
 use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
@@ -186,35 +187,10 @@ pub(crate) async fn cluster_status(State(node): State<Node>) -> Response {
 /// `POST /understudy/v1/raft/compact`: snapshots this node's applied
 /// state and purges its raft log up to it, at once rather than at the
 /// next 5000 entries (before a memory measurement, say).
-pub(crate) async fn compact(State(node): State<Node>, headers: axum::http::HeaderMap) -> Response {
-    if let Err(e) = check_secret(&node, &headers) {
-        return e.v2();
-    }
+pub(crate) async fn compact(State(node): State<Node>) -> Response {
     match node.compact().await {
         Ok(index) => Json(serde_json::json!({ "compactedTo": index })).into_response(),
         Err(e) => ApiError::unavailable(format!("the raft log could not be compacted: {e}")).v2(),
-    }
-}
-
-/// Admin calls carry the cluster secret when one is set, so nothing
-/// outside the cluster can change its membership (or export or import
-/// its registry, see `backup`).
-pub(super) fn check_secret(node: &Node, headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
-    match &node.config().cluster.secret {
-        None => Ok(()),
-        Some(secret) => {
-            let given = headers
-                .get(crate::raft::network::SECRET_METADATA)
-                .and_then(|v| v.to_str().ok());
-            if given == Some(secret.as_str()) {
-                Ok(())
-            } else {
-                Err(ApiError::denied(format!(
-                    "header {} must carry the cluster secret",
-                    crate::raft::network::SECRET_METADATA
-                )))
-            }
-        }
     }
 }
 
@@ -225,13 +201,8 @@ fn membership_error(e: crate::raft::MembershipError) -> ApiError {
 /// `POST /understudy/v1/cluster/members?id=&raftAddr=&dc=&role=voter|learner`:
 /// adds a member on the leader; it joins as a learner, catches up, and is
 /// promoted unless `role=learner`.
-pub(crate) async fn add_member(
-    State(node): State<Node>,
-    headers: axum::http::HeaderMap,
-    params: Input,
-) -> Response {
+pub(crate) async fn add_member(State(node): State<Node>, params: Input) -> Response {
     let added = async {
-        check_secret(&node, &headers)?;
         let p = params?;
         let id: u64 = p
             .number("id")?
@@ -273,13 +244,8 @@ pub(crate) async fn add_member(
 }
 
 /// `DELETE /understudy/v1/cluster/members?id=`: removes a member.
-pub(crate) async fn remove_member(
-    State(node): State<Node>,
-    headers: axum::http::HeaderMap,
-    params: Input,
-) -> Response {
+pub(crate) async fn remove_member(State(node): State<Node>, params: Input) -> Response {
     let removed = async {
-        check_secret(&node, &headers)?;
         let id: u64 = params?
             .number("id")?
             .ok_or_else(|| ApiError::missing("id"))?;
@@ -296,29 +262,35 @@ pub(crate) async fn cluster_health() -> Response {
     Json(ConsoleResult::ok("UP")).into_response()
 }
 
-static TOKENS: AtomicU64 = AtomicU64::new(0);
-
-/// Login: auth is not enforced yet, so any credentials get a token, as
-/// clients require (Python 3.x fails every call if login fails).
+/// Login: checks the password (with auth on) and issues a signed token.
+/// With auth off any credentials get one, as clients require (Python 3.x
+/// fails every call if its login fails).
 pub(crate) async fn login(State(node): State<Node>, params: Input) -> Response {
-    let username = params
-        .as_ref()
-        .ok()
-        .and_then(|p| p.get("username").map(str::to_owned))
-        .unwrap_or_else(|| "nacos".to_owned());
-    let serial = TOKENS.fetch_add(1, Ordering::Relaxed);
-    let token = format!(
-        "understudy.{}.{}.{serial}",
-        node.config().node_id,
-        node.now()
-    );
-    let reply = LoginReply {
-        access_token: token.clone(),
-        token_ttl: 18_000,
-        global_admin: true,
-        username,
+    let params = match params {
+        Ok(params) => params,
+        Err(e) => return e.v1(),
     };
-    ([(AUTHORIZATION, format!("Bearer {token}"))], Json(reply)).into_response()
+    let username = params.get("username").unwrap_or("nacos").to_owned();
+    let password = params.get("password").unwrap_or_default().to_owned();
+    let now = node.now();
+    let auth = node.auth().clone();
+    let user = username.clone();
+    // A bcrypt check takes milliseconds of CPU: not on the async threads.
+    let issued = tokio::task::spawn_blocking(move || auth.login(&user, &password, now)).await;
+    match issued {
+        Ok(Ok(issued)) => {
+            let reply = LoginReply {
+                access_token: issued.token.clone(),
+                token_ttl: issued.ttl_s,
+                global_admin: issued.admin,
+                username,
+            };
+            let bearer = format!("Bearer {}", issued.token);
+            ([(AUTHORIZATION, bearer)], Json(reply)).into_response()
+        }
+        Ok(Err(denied)) => (StatusCode::FORBIDDEN, plain(denied.to_string())).into_response(),
+        Err(e) => ApiError::unavailable(format!("the login could not be checked: {e}")).v1(),
+    }
 }
 
 // ---- namespaces ----------------------------------------------------------

@@ -1,0 +1,267 @@
+//! Authentication, off by default as in Nacos. Users and their bcrypt
+//! password hashes come from the config file; a login issues a token that
+//! every API then checks: HTTP (`accessToken` parameter or
+//! `Authorization: Bearer`), Nacos gRPC (the `accessToken` header of each
+//! request) and the native API (`authorization: Bearer` metadata).
+//!
+//! Tokens are JWTs signed with HMAC-SHA256 under the cluster-wide
+//! `auth_token_secret`, carrying the user and an expiry: any node with the
+//! same secret and users accepts a token another node issued, so a client
+//! that moves to another node keeps working. The user is looked up again
+//! on every check, so removing a user from the config revokes their tokens
+//! on the nodes restarted with it.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use hmac::{Mac, SimpleHmac};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+use thiserror::Error;
+
+use crate::config::{AuthConfig, UserSetting};
+
+type Signer = SimpleHmac<Sha256>;
+
+/// `{"alg":"HS256","typ":"JWT"}`, the only header issued or accepted.
+const HEADER: &str = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9";
+
+/// Why a call or a login is refused. The messages are Nacos's.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum Denied {
+    /// No token was given.
+    #[error("user not found!")]
+    Missing,
+    /// The token is not one of ours, or its user is gone.
+    #[error("token invalid!")]
+    Invalid,
+    /// The token's time is up.
+    #[error("token expired!")]
+    Expired,
+    /// The user is not an admin.
+    #[error("authorization failed: user '{0}' is not an admin")]
+    NotAdmin(String),
+    /// Unknown user or wrong password.
+    #[error("unknown user!")]
+    BadCredentials,
+}
+
+/// Who a valid token belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// The user's name.
+    pub user: String,
+    /// Whether the user may use the admin endpoints.
+    pub admin: bool,
+}
+
+/// A login's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Issued {
+    /// The token.
+    pub token: String,
+    /// How long it lasts, s.
+    pub ttl_s: u64,
+    /// Whether its user is an admin.
+    pub admin: bool,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Claims {
+    sub: String,
+    /// Expiry, epoch seconds.
+    exp: u64,
+}
+
+/// The users, the signing key and the switch.
+#[derive(Debug, Clone)]
+pub struct Auth {
+    config: AuthConfig,
+}
+
+impl Auth {
+    /// Auth as configured.
+    pub fn new(config: AuthConfig) -> Self {
+        Self { config }
+    }
+
+    /// Whether calls need a token.
+    pub fn enabled(&self) -> bool {
+        self.config.enabled
+    }
+
+    fn user(&self, name: &str) -> Option<&UserSetting> {
+        self.config.users.iter().find(|u| u.name == name)
+    }
+
+    /// Checks a user's password and issues a token at `now_ms`. With auth
+    /// off any credentials get a token, as clients require (Python 3.x
+    /// fails every call when its login fails). Checking a password costs
+    /// a bcrypt verification: call it off the async threads.
+    pub fn login(&self, user: &str, password: &str, now_ms: u64) -> Result<Issued, Denied> {
+        let admin = if self.config.enabled {
+            let known = self.user(user).ok_or(Denied::BadCredentials)?;
+            if !bcrypt::verify(password, &known.password_hash).unwrap_or(false) {
+                return Err(Denied::BadCredentials);
+            }
+            known.admin
+        } else {
+            true
+        };
+        let ttl_s = self.config.token_ttl.as_secs();
+        let claims = Claims {
+            sub: user.to_owned(),
+            exp: now_ms / 1000 + ttl_s,
+        };
+        let payload = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&claims).expect("claims encode"));
+        let signed = format!("{HEADER}.{payload}");
+        let signature =
+            URL_SAFE_NO_PAD.encode(self.signer().chain_update(&signed).finalize().into_bytes());
+        Ok(Issued {
+            token: format!("{signed}.{signature}"),
+            ttl_s,
+            admin,
+        })
+    }
+
+    fn signer(&self) -> Signer {
+        Signer::new_from_slice(&self.config.token_secret).expect("HMAC takes a key of any length")
+    }
+
+    /// Who `token` belongs to at `now_ms`.
+    pub fn verify(&self, token: Option<&str>, now_ms: u64) -> Result<Identity, Denied> {
+        let token = token
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .ok_or(Denied::Missing)?;
+        let (signed, signature) = token.rsplit_once('.').ok_or(Denied::Invalid)?;
+        let (header, payload) = signed.split_once('.').ok_or(Denied::Invalid)?;
+        if header != HEADER {
+            return Err(Denied::Invalid);
+        }
+        let signature = URL_SAFE_NO_PAD
+            .decode(signature)
+            .map_err(|_| Denied::Invalid)?;
+        self.signer()
+            .chain_update(signed)
+            .verify_slice(&signature)
+            .map_err(|_| Denied::Invalid)?;
+        let payload = URL_SAFE_NO_PAD
+            .decode(payload)
+            .map_err(|_| Denied::Invalid)?;
+        let claims: Claims = serde_json::from_slice(&payload).map_err(|_| Denied::Invalid)?;
+        if claims.exp <= now_ms / 1000 {
+            return Err(Denied::Expired);
+        }
+        let user = self.user(&claims.sub).ok_or(Denied::Invalid)?;
+        Ok(Identity {
+            user: user.name.clone(),
+            admin: user.admin,
+        })
+    }
+
+    /// Lets a call through: always with auth off, else with a valid token
+    /// (of an admin, if `admin`).
+    pub fn check(&self, token: Option<&str>, admin: bool, now_ms: u64) -> Result<(), Denied> {
+        if !self.config.enabled {
+            return Ok(());
+        }
+        let identity = self.verify(token, now_ms)?;
+        if admin && !identity.admin {
+            return Err(Denied::NotAdmin(identity.user));
+        }
+        Ok(())
+    }
+}
+
+/// The bcrypt cost `understudy ctl hash-password` uses (bcrypt's default).
+pub const DEFAULT_COST: u32 = bcrypt::DEFAULT_COST;
+
+/// A bcrypt hash of `password` for the `[[users]]` list; each login then
+/// costs about 2^`cost` bcrypt rounds.
+pub fn hash_password(password: &str, cost: u32) -> Result<String, bcrypt::BcryptError> {
+    bcrypt::hash(password, cost)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn auth(enabled: bool) -> Auth {
+        Auth::new(AuthConfig {
+            enabled,
+            token_secret: b"0123456789abcdef0123456789abcdef".to_vec(),
+            token_ttl: Duration::from_secs(60),
+            users: vec![
+                UserSetting {
+                    name: "root".to_owned(),
+                    password_hash: bcrypt::hash("s3cret", 4).unwrap(),
+                    admin: true,
+                },
+                UserSetting {
+                    name: "app".to_owned(),
+                    password_hash: bcrypt::hash("app-pw", 4).unwrap(),
+                    admin: false,
+                },
+            ],
+        })
+    }
+
+    #[test]
+    fn a_token_is_a_signed_jwt_that_expires() {
+        let auth = auth(true);
+        let issued = auth.login("app", "app-pw", 1_000_000).unwrap();
+        assert_eq!(issued.ttl_s, 60);
+        assert!(!issued.admin);
+        assert_eq!(issued.token.split('.').count(), 3);
+        let who = auth.verify(Some(&issued.token), 1_059_999).unwrap();
+        assert_eq!(who.user, "app");
+        assert_eq!(
+            auth.verify(Some(&issued.token), 1_060_000),
+            Err(Denied::Expired)
+        );
+    }
+
+    #[test]
+    fn wrong_passwords_forged_tokens_and_other_keys_are_refused() {
+        let auth = auth(true);
+        assert_eq!(auth.login("app", "wrong", 0), Err(Denied::BadCredentials));
+        assert_eq!(auth.login("nobody", "x", 0), Err(Denied::BadCredentials));
+        let token = auth.login("app", "app-pw", 0).unwrap().token;
+        // The same claims with another user name, the signature kept.
+        let (_, rest) = token.split_once('.').unwrap();
+        let (_, signature) = rest.split_once('.').unwrap();
+        let forged_claims = URL_SAFE_NO_PAD.encode(br#"{"sub":"root","exp":99999999999}"#);
+        let forged = format!("{HEADER}.{forged_claims}.{signature}");
+        assert_eq!(auth.verify(Some(&forged), 0), Err(Denied::Invalid));
+        let mut other = auth.config.clone();
+        other.token_secret = b"another key, another cluster.....".to_vec();
+        assert_eq!(
+            Auth::new(other).verify(Some(&token), 0),
+            Err(Denied::Invalid)
+        );
+        assert_eq!(auth.verify(None, 0), Err(Denied::Missing));
+        assert_eq!(auth.verify(Some("garbage"), 0), Err(Denied::Invalid));
+    }
+
+    #[test]
+    fn admin_calls_need_an_admin() {
+        let auth = auth(true);
+        let app = auth.login("app", "app-pw", 0).unwrap().token;
+        let root = auth.login("root", "s3cret", 0).unwrap().token;
+        assert_eq!(auth.check(Some(&app), false, 0), Ok(()));
+        assert_eq!(
+            auth.check(Some(&app), true, 0),
+            Err(Denied::NotAdmin("app".to_owned()))
+        );
+        assert_eq!(auth.check(Some(&root), true, 0), Ok(()));
+    }
+
+    #[test]
+    fn with_auth_off_anything_goes_and_any_login_succeeds() {
+        let auth = auth(false);
+        assert_eq!(auth.check(None, true, 0), Ok(()));
+        assert!(auth.login("whoever", "whatever", 0).is_ok());
+    }
+}

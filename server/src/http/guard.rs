@@ -1,0 +1,193 @@
+//! Who may call which HTTP endpoint. Every request passes here before its
+//! handler:
+//! - open: login, probes, metrics, the console's page itself;
+//! - user: the Nacos naming, config and console data, and the read-only
+//!   cluster status, when auth is on (any valid token);
+//! - manage: namespace writes and switch changes, when auth is on (an
+//!   admin's token);
+//! - admin: membership, chaos, export, import, compaction: an admin's
+//!   token when auth is on; open with auth off, unless a cluster secret
+//!   is set.
+//!
+//! The cluster secret header (what `ctl` and scripts may send), when a
+//! secret is set, opens every endpoint.
+//!
+//! The token is read as Nacos reads it: the `accessToken` query or form
+//! parameter, the `accessToken` header, or `Authorization: Bearer`.
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
+use axum::http::{Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::error::{plain, ApiError};
+use crate::raft::network::SECRET_METADATA;
+use crate::Node;
+
+/// What an endpoint asks of its caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    Open,
+    User,
+    Manage,
+    Admin,
+}
+
+fn access(method: &Method, path: &str) -> Access {
+    let read = method == Method::GET || method == Method::HEAD;
+    let open = path.starts_with("/nacos/v1/auth/")
+        || path.starts_with("/nacos/v3/auth/")
+        || matches!(
+            path,
+            "/health"
+                | "/ready"
+                | "/metrics"
+                | "/nacos/actuator/prometheus"
+                | "/nacos/v1/console/server/state"
+                | "/nacos/v1/console/health/liveness"
+                | "/nacos/v1/console/health/readiness"
+                | "/nacos/v1/core/cluster/health"
+                | "/nacos/v1/ns/operator/metrics"
+                | "/nacos/v1/ns/ops/metrics"
+                | "/nacos/v2/ns/operator/metrics"
+        );
+    if open {
+        return Access::Open;
+    }
+    let admin_only = path == "/understudy/v1/cluster/members"
+        || path.starts_with("/understudy/v1/chaos")
+        || matches!(
+            path,
+            "/understudy/v1/raft/compact" | "/understudy/v1/export" | "/understudy/v1/import"
+        );
+    if admin_only {
+        return Access::Admin;
+    }
+    let managed = path.starts_with("/nacos/v1/console/namespaces")
+        || path.starts_with("/nacos/v2/console/namespace")
+        || path.ends_with("/operator/switches")
+        || path.ends_with("/ops/switches");
+    if managed && !read {
+        return Access::Manage;
+    }
+    Access::User
+}
+
+/// Refuses a call its caller may not make, in the shape of its API.
+pub(crate) async fn guard(State(node): State<Node>, request: Request, next: Next) -> Response {
+    let path = request.uri().path().to_owned();
+    let auth = node.auth();
+    let secret = node.config().cluster.secret.as_deref();
+    let secret_given = secret.is_some()
+        && request
+            .headers()
+            .get(SECRET_METADATA)
+            .and_then(|v| v.to_str().ok())
+            == secret;
+    let refusal = match access(request.method(), &path) {
+        // The cluster secret is the cluster's own key: it opens everything.
+        _ if secret_given => return next.run(request).await,
+        Access::Open => return next.run(request).await,
+        Access::Admin if !auth.enabled() => match secret {
+            None => return next.run(request).await,
+            Some(_) => format!("header {SECRET_METADATA} must carry the cluster secret"),
+        },
+        _ if !auth.enabled() => return next.run(request).await,
+        needed => {
+            let limit = node.config().max_body_bytes;
+            let (request, token) = match token(request, limit).await {
+                Ok(found) => found,
+                Err(refused) => return refused,
+            };
+            match auth.check(token.as_deref(), needed != Access::User, node.now()) {
+                Ok(()) => return next.run(request).await,
+                Err(denied) => denied.to_string(),
+            }
+        }
+    };
+    if path.starts_with("/nacos/v2/") || path.starts_with("/understudy/") {
+        ApiError::denied(refusal).v2()
+    } else {
+        (StatusCode::FORBIDDEN, plain(refusal)).into_response()
+    }
+}
+
+/// The request's token, from its headers, query or form body (read, up
+/// to `limit` bytes, and put back).
+async fn token(request: Request, limit: usize) -> Result<(Request, Option<String>), Response> {
+    let headers = request.headers();
+    let bearer = headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let header = headers.get("accessToken").and_then(|v| v.to_str().ok());
+    if let Some(token) = bearer.or(header) {
+        let token = token.to_owned();
+        return Ok((request, Some(token)));
+    }
+    let query = request.uri().query().unwrap_or_default();
+    if let Some(token) = find_token(query.as_bytes()) {
+        return Ok((request, Some(token)));
+    }
+    let form = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
+    if !form {
+        return Ok((request, None));
+    }
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
+        let message = format!("the request body is unreadable or larger than {limit} bytes");
+        return Err((StatusCode::PAYLOAD_TOO_LARGE, plain(message)).into_response());
+    };
+    let token = find_token(&bytes);
+    Ok((Request::from_parts(parts, Body::from(bytes)), token))
+}
+
+fn find_token(encoded: &[u8]) -> Option<String> {
+    form_urlencoded::parse(encoded)
+        .find(|(k, _)| k == "accessToken")
+        .map(|(_, v)| v.into_owned())
+        .filter(|v| !v.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_ask_what_their_kind_needs() {
+        let cases = [
+            (Method::POST, "/nacos/v1/auth/users/login", Access::Open),
+            (Method::GET, "/metrics", Access::Open),
+            (Method::GET, "/nacos/v1/ns/instance/list", Access::User),
+            (Method::POST, "/nacos/v2/cs/config", Access::User),
+            (Method::GET, "/nacos/v1/console/namespaces", Access::User),
+            (Method::POST, "/nacos/v1/console/namespaces", Access::Manage),
+            (
+                Method::PUT,
+                "/nacos/v1/ns/operator/switches",
+                Access::Manage,
+            ),
+            (Method::GET, "/understudy/v1/cluster", Access::User),
+            (Method::GET, "/understudy/v1/chaos", Access::Admin),
+            (
+                Method::POST,
+                "/understudy/v1/chaos/partition",
+                Access::Admin,
+            ),
+            (
+                Method::DELETE,
+                "/understudy/v1/cluster/members",
+                Access::Admin,
+            ),
+            (Method::GET, "/understudy/v1/export", Access::Admin),
+        ];
+        for (method, path, want) in cases {
+            assert_eq!(access(&method, path), want, "{method} {path}");
+        }
+    }
+}
