@@ -192,6 +192,7 @@ impl Serving {
     /// within the grace period, and stops the background tasks.
     pub async fn stop(self) -> std::io::Result<()> {
         let Serving {
+            node,
             grace,
             tasks,
             cancel,
@@ -221,6 +222,8 @@ impl Serving {
                 "requests still running after the grace period; closing"
             ),
         }
+        // A leader hands over before its raft stops with everything else.
+        node.hand_over(grace).await;
         // The writer drains its queues before it exits.
         cancel.cancel();
         tasks.close();

@@ -466,8 +466,12 @@ impl Node {
         tasks.spawn(crate::ownership::run(node.clone(), cancel.clone()));
         tasks.spawn(async move {
             cancel.cancelled().await;
-            if let Err(e) = raft.shutdown().await {
-                tracing::warn!(error = %e, "raft did not stop cleanly");
+            // A leader that handed over has stopped its raft already.
+            let running = raft.metrics().borrow().running_state.is_ok();
+            if running {
+                if let Err(e) = raft.shutdown().await {
+                    tracing::warn!(error = %e, "raft did not stop cleanly");
+                }
             }
             // Raft's state machine and replication tasks let go of the
             // store shortly after its core stops. Waiting for that here
@@ -737,7 +741,92 @@ impl Node {
                 Ok(()) => AdminReply::Faults(self.faults().state()),
                 Err(e) => AdminReply::Refused(e.to_string()),
             },
+            AdminRequest::TakeOver => {
+                tokio::spawn(take_over(
+                    self.inner.raft.clone(),
+                    self.inner.config.node_id,
+                    self.inner.config.cluster.election_timeout_ms,
+                ));
+                AdminReply::TakingOver
+            }
         }
+    }
+
+    /// Before this node stops: if it leads a cluster with other voters,
+    /// asks the most up-to-date of them to take over (after waiting up to
+    /// an election timeout for one to hold the whole log), stops its own
+    /// raft so its heartbeats end, and waits within `within` until that
+    /// voter leads. openraft 0.9 has no leadership transfer; the voters'
+    /// leader leases let the election succeed once the old leader's last
+    /// heartbeat is an election timeout (at most twice it) old. Returns
+    /// the new leader, if it was seen leading.
+    pub async fn hand_over(&self, within: std::time::Duration) -> Option<crate::raft::NodeId> {
+        use crate::raft::network::{AdminReply, AdminRequest};
+        use std::time::Duration;
+        let me = self.inner.config.node_id;
+        if !self.leads() {
+            return None;
+        }
+        let started = tokio::time::Instant::now();
+        let cluster = &self.inner.config.cluster;
+        let heartbeat = Duration::from_millis(cluster.heartbeat_ms);
+        let catch_up = started + Duration::from_millis(cluster.election_timeout_ms);
+        let target = loop {
+            let status = self.cluster_status();
+            let best = status
+                .members
+                .iter()
+                .filter(|m| m.voter && m.id != me)
+                .max_by_key(|m| m.matched.unwrap_or(0));
+            let best = best?;
+            if best.matched >= Some(status.last_log) || tokio::time::Instant::now() >= catch_up {
+                break best.id;
+            }
+            tokio::time::sleep(heartbeat).await;
+        };
+        let member = self.members().into_iter().find(|(id, _)| *id == target)?.1;
+        let asked = self
+            .inner
+            .network
+            .admin(target, &member, &AdminRequest::TakeOver, heartbeat * 10)
+            .await;
+        if let Err(e) = self.inner.raft.shutdown().await {
+            tracing::warn!(error = %e, "raft did not stop cleanly");
+        }
+        match asked {
+            Ok(AdminReply::TakingOver) => {
+                tracing::info!(node = target, "stepped down; node {target} is taking over")
+            }
+            other => {
+                tracing::warn!(node = target, answer = ?other, "stepped down; node {target} did not take over, the others will elect a leader");
+                return None;
+            }
+        }
+        let deadline = started + within;
+        while tokio::time::Instant::now() < deadline {
+            let asked = self
+                .inner
+                .network
+                .admin(target, &member, &AdminRequest::Status, heartbeat * 5)
+                .await;
+            if let Ok(AdminReply::Status(status)) = asked {
+                if status.cluster.role == "leader" {
+                    tracing::info!(
+                        node = target,
+                        after_ms = started.elapsed().as_millis() as u64,
+                        "node {target} leads now"
+                    );
+                    return Some(target);
+                }
+            }
+            tokio::time::sleep(heartbeat).await;
+        }
+        tracing::warn!(
+            node = target,
+            ?within,
+            "node {target} did not lead within the grace period"
+        );
+        None
     }
 
     /// Whether this node leads its cluster (a single node, once formed).
@@ -931,6 +1020,24 @@ impl Node {
     pub(crate) fn deadlines_moved(&self) -> &Notify {
         &self.inner.state.deadlines_moved
     }
+}
+
+/// Runs for leader until this node leads, a little longer than the
+/// voters' leader leases (twice the election timeout) allow it to take.
+async fn take_over(raft: crate::raft::Raft, me: crate::raft::NodeId, election_timeout_ms: u64) {
+    let round = std::time::Duration::from_millis(election_timeout_ms / 2);
+    let deadline = tokio::time::Instant::now() + round * 10;
+    while tokio::time::Instant::now() < deadline {
+        if raft.metrics().borrow().current_leader == Some(me) {
+            return;
+        }
+        if let Err(e) = raft.trigger().elect().await {
+            tracing::warn!(error = %e, "cannot run for leader");
+            return;
+        }
+        tokio::time::sleep(round).await;
+    }
+    tracing::warn!("did not become leader after the old leader stepped down");
 }
 
 /// Counts instance removals by cause and health transitions by direction

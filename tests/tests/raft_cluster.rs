@@ -4,10 +4,12 @@
 
 use std::time::Duration;
 
+use serde_json::Value;
 use understudy_core::{InstanceSpec, Op, Owner, ServiceKey};
 use understudy_server::config::Settings;
 use understudy_server::ProposeError;
 use understudy_tests::cluster::{register, service, TestCluster};
+use understudy_tests::Server;
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -316,5 +318,58 @@ async fn v1_beats_sent_to_another_node_reach_the_responsible_one_and_silence_sti
     .await;
     assert!(gone, "silent beat-driven instances were not expired");
     cluster.shutdown().await;
+    Ok(())
+}
+
+async fn leader_seen_by(http: &reqwest::Client, server: &Server) -> Option<u64> {
+    let status: Value = http
+        .get(server.url("/understudy/v1/cluster"))
+        .send()
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()?;
+    status["leader"].as_u64()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_leader_hands_over_before_its_stop_returns() -> anyhow::Result<()> {
+    let mut servers = Server::start_cluster(3, Settings::default()).await?;
+    let http = reqwest::Client::new();
+    let leader = leader_seen_by(&http, &servers[0])
+        .await
+        .expect("an agreed leader");
+    let reply = http
+        .post(servers[0].url("/nacos/v1/ns/instance"))
+        .form(&[
+            ("serviceName", "handed"),
+            ("ip", "10.4.0.1"),
+            ("port", "1"),
+            ("ephemeral", "false"),
+        ])
+        .send()
+        .await?;
+    assert_eq!(reply.text().await?, "ok");
+    let stopping = servers.remove((leader - 1) as usize);
+    stopping.stop().await?;
+    // The handover waited for the new leader: the survivors name it at
+    // once, not an election timeout later.
+    let first = leader_seen_by(&http, &servers[0]).await;
+    let second = leader_seen_by(&http, &servers[1]).await;
+    assert!(first.is_some() && first != Some(leader), "{first:?}");
+    assert_eq!(first, second);
+    for server in &servers {
+        let hosts = http
+            .get(server.url("/nacos/v1/ns/instance/list?serviceName=handed"))
+            .send()
+            .await?
+            .text()
+            .await?;
+        assert!(hosts.contains("10.4.0.1"), "{hosts}");
+    }
+    for server in servers {
+        server.stop().await?;
+    }
     Ok(())
 }

@@ -235,6 +235,8 @@ pub enum AdminRequest {
     /// Are you there? The one admin request that travels through the
     /// link faults: it measures reachability (see [`super::gate`]).
     Ping,
+    /// The leader is stopping: start elections until you lead.
+    TakeOver,
 }
 
 /// The answer to an [`AdminRequest`].
@@ -248,6 +250,8 @@ pub enum AdminReply {
     Refused(String),
     /// The answer to a ping.
     Pong,
+    /// The receiver is running for leader.
+    TakingOver,
 }
 
 /// Answers admin requests sent to this node.

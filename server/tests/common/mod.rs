@@ -29,6 +29,32 @@ impl Proc {
     }
 }
 
+impl Proc {
+    /// SIGTERMs the process and waits (up to `within`) for it to exit;
+    /// returns its exit status.
+    #[allow(dead_code)] // not every test binary stops a node gracefully
+    pub(crate) async fn terminate(&mut self, within: Duration) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("a running node");
+        let sent = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .expect("the kill command runs");
+        assert!(sent.success(), "kill -TERM failed: {sent}");
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = child.try_wait().expect("the node can be waited for") {
+                return status;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("node {} did not exit within {within:?} of SIGTERM", self.id);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
 impl Drop for Proc {
     fn drop(&mut self) {
         self.kill();
