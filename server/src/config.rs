@@ -74,8 +74,9 @@ pub struct Cli {
 pub enum Command {
     /// Serve one registry node (the default).
     Serve(ServeArgs),
-    /// Admin commands against a running node: export and import its
-    /// registry and configs, check its health.
+    /// Commands against a running node: list, watch, register and
+    /// deregister; cluster status and chaos links; export and import;
+    /// health; hash a password for the users list.
     Ctl(crate::ctl::CtlArgs),
     /// Run a whole multi-DC cluster in this process, each node on its own
     /// ports, e.g. `sim --dc hz=2 --dc sh=1 --link hz-sh=40ms~10ms,loss=1%`.

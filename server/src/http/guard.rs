@@ -1,6 +1,7 @@
 //! Who may call which HTTP endpoint. Every request passes here before its
 //! handler:
-//! - open: login, probes, metrics, the console's page itself;
+//! - open: login, probes, metrics, the console's page, script and style
+//!   (its data needs a login when auth is on);
 //! - user: the Nacos naming, config and console data, and the read-only
 //!   cluster status, when auth is on (any valid token);
 //! - manage: namespace writes and switch changes, when auth is on (an
@@ -41,7 +42,11 @@ fn access(method: &Method, path: &str) -> Access {
         || path.starts_with("/nacos/v3/auth/")
         || matches!(
             path,
-            "/health"
+            "/" | "/nacos"
+                | "/nacos/"
+                | "/console/app.js"
+                | "/console/style.css"
+                | "/health"
                 | "/ready"
                 | "/metrics"
                 | "/nacos/actuator/prometheus"
@@ -163,6 +168,10 @@ mod tests {
         let cases = [
             (Method::POST, "/nacos/v1/auth/users/login", Access::Open),
             (Method::GET, "/metrics", Access::Open),
+            (Method::GET, "/", Access::Open),
+            (Method::GET, "/console/app.js", Access::Open),
+            (Method::GET, "/understudy/v1/registry", Access::User),
+            (Method::GET, "/understudy/v1/events", Access::User),
             (Method::GET, "/nacos/v1/ns/instance/list", Access::User),
             (Method::POST, "/nacos/v2/cs/config", Access::User),
             (Method::GET, "/nacos/v1/console/namespaces", Access::User),

@@ -7,6 +7,7 @@
 mod backup;
 mod chaos;
 mod config;
+mod console;
 mod error;
 mod guard;
 mod naming;
@@ -172,6 +173,14 @@ pub fn router(node: Node) -> Router {
         .route("/understudy/v1/chaos/{action}", post(chaos::act))
         .route("/understudy/v1/export", get(backup::export))
         .route("/understudy/v1/import", post(backup::import))
+        .route("/", get(console::index))
+        .route("/nacos", get(console::index))
+        .route("/nacos/", get(console::index))
+        .route("/console/app.js", get(console::script))
+        .route("/console/style.css", get(console::style))
+        .route("/understudy/v1/registry", get(console::registry))
+        .route("/understudy/v1/registry/service", get(console::service))
+        .route("/understudy/v1/events", get(console::events))
         .route("/health", get(ops::health))
         .route("/ready", get(ops::ready))
         .route("/metrics", get(ops::metrics))
