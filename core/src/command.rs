@@ -52,6 +52,9 @@ pub enum HealthSource {
     },
     /// An operator (`PUT /ns/health/instance`); persistent instances only.
     Operator,
+    /// A server-side probe of a persistent instance; ignored if the
+    /// instance left or became ephemeral meanwhile.
+    Probe,
 }
 
 /// How an instance update finds its instance.

@@ -45,7 +45,9 @@ pub use instance::{
     Limits, Metadata, Owner, ServiceKind, MAX_WEIGHT, META_BEAT_INTERVAL, META_BEAT_TIMEOUT,
     META_DELETE_TIMEOUT,
 };
-pub use liveness::{beat_ring, responsible, BeatOutcome, LiveKey, Liveness, Transition};
+pub use liveness::{
+    beat_ring, responsible, responsible_for, BeatOutcome, LiveKey, Liveness, Transition,
+};
 pub use name::{
     ClusterName, GroupName, NamespaceId, ServiceKey, ServiceName, DEFAULT_CLUSTER, DEFAULT_GROUP,
     DEFAULT_NAMESPACE, GROUP_SEPARATOR,

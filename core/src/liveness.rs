@@ -104,10 +104,17 @@ pub fn beat_ring(voters: &[u64], lost: &BTreeSet<u64>) -> Vec<u64> {
 /// ring moves only the owners of the nodes that came or went. `None` for
 /// an empty ring or an owner that is not beat-driven.
 pub fn responsible(ring: &[u64], owner: &Owner) -> Option<u64> {
-    use std::hash::Hasher;
     let Owner::Beat { ip, port } = owner else {
         return None;
     };
+    responsible_for(ring, ip, *port)
+}
+
+/// The node of `ring` responsible for the address `ip:port` (the same
+/// rendezvous hashing as [`responsible`]): it times the beats of a
+/// beat-driven instance there, and probes a persistent one.
+pub fn responsible_for(ring: &[u64], ip: &str, port: u16) -> Option<u64> {
+    use std::hash::Hasher;
     ring.iter().copied().max_by_key(|node| {
         let mut hash = fnv::FnvHasher::default();
         // Fixed byte order: every node must compute the same score.

@@ -886,6 +886,11 @@ impl Registry {
                     return Ok(());
                 }
             }
+            HealthSource::Probe => {
+                if instance.is_none_or(|i| i.kind.is_ephemeral()) {
+                    return Ok(());
+                }
+            }
             HealthSource::Operator => {
                 let instance = instance.ok_or_else(|| instance_not_found(key, ikey))?;
                 if instance.kind.is_ephemeral() {

@@ -255,6 +255,21 @@ pub struct Settings {
     /// How long a token lasts, s (Nacos: 18000) [default: 18000].
     #[arg(long, env = "UNDERSTUDY_AUTH_TOKEN_TTL_S")]
     pub auth_token_ttl_s: Option<u64>,
+    /// How persistent instances are probed by the node responsible for them: `none`, `tcp` (a connect) or `http[:PATH]` (a GET answered 2xx); an instance's metadata key `understudy.health_check` overrides it [default: none].
+    #[arg(long, env = "UNDERSTUDY_HEALTH_CHECK", value_name = "CHECK")]
+    pub health_check: Option<String>,
+    /// How often each persistent instance is probed, ms [default: 5000].
+    #[arg(long, env = "UNDERSTUDY_HEALTH_CHECK_INTERVAL_MS")]
+    pub health_check_interval_ms: Option<u64>,
+    /// How long a probe may take, ms; shorter than the interval [default: 2000].
+    #[arg(long, env = "UNDERSTUDY_HEALTH_CHECK_TIMEOUT_MS")]
+    pub health_check_timeout_ms: Option<u64>,
+    /// Consecutive failed probes that make a healthy instance unhealthy [default: 2].
+    #[arg(long, env = "UNDERSTUDY_HEALTH_CHECK_UNHEALTHY_THRESHOLD")]
+    pub health_check_unhealthy_threshold: Option<u32>,
+    /// Consecutive passed probes that make an unhealthy instance healthy [default: 1].
+    #[arg(long, env = "UNDERSTUDY_HEALTH_CHECK_HEALTHY_THRESHOLD")]
+    pub health_check_healthy_threshold: Option<u32>,
     /// The users who may log in (config file only: `[[users]]` tables with `name`, `password_hash` as bcrypt, and `admin`).
     #[arg(skip)]
     pub users: Option<Vec<UserSetting>>,
@@ -341,6 +356,11 @@ impl Settings {
             auth_token_secret,
             auth_token_ttl_s,
             users,
+            health_check,
+            health_check_interval_ms,
+            health_check_timeout_ms,
+            health_check_unhealthy_threshold,
+            health_check_healthy_threshold,
         )
     }
 
@@ -412,6 +432,52 @@ pub struct ValidConfig {
     pub chaos: ChaosConfig,
     /// Who may call, when auth is on.
     pub auth: AuthConfig,
+    /// Probes of persistent instances.
+    pub probes: ProbeConfig,
+}
+
+/// A probe of an instance's address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Check {
+    /// Not probed.
+    None,
+    /// A TCP connect.
+    Tcp,
+    /// An HTTP GET of this path, answered 2xx.
+    Http(String),
+}
+
+impl std::str::FromStr for Check {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "none" | "" => Ok(Check::None),
+            "tcp" => Ok(Check::Tcp),
+            "http" => Ok(Check::Http("/".to_owned())),
+            other => match other.strip_prefix("http:") {
+                Some(path) if path.starts_with('/') && !path.contains(char::is_whitespace) => {
+                    Ok(Check::Http(path.to_owned()))
+                }
+                _ => Err(format!("'{other}' is not none, tcp, http or http:/PATH")),
+            },
+        }
+    }
+}
+
+/// How persistent instances are probed.
+#[derive(Debug, Clone)]
+pub struct ProbeConfig {
+    /// The probe of instances that name none in their metadata.
+    pub default: Check,
+    /// How often each is probed.
+    pub interval: Duration,
+    /// How long one probe may take.
+    pub timeout: Duration,
+    /// Consecutive failures that make an instance unhealthy.
+    pub unhealthy_after: u32,
+    /// Consecutive passes that make it healthy again.
+    pub healthy_after: u32,
 }
 
 /// Authentication: off by default, as in Nacos.
@@ -834,6 +900,42 @@ impl ValidConfig {
             cluster,
             data_dir,
             chaos,
+            probes: {
+                let default = s
+                    .health_check
+                    .as_deref()
+                    .unwrap_or("none")
+                    .parse::<Check>()
+                    .map_err(|why| invalid("health_check", why))?;
+                let interval = positive(
+                    "health_check_interval_ms",
+                    s.health_check_interval_ms,
+                    5_000,
+                )?;
+                let timeout =
+                    positive("health_check_timeout_ms", s.health_check_timeout_ms, 2_000)?;
+                if timeout >= interval {
+                    return Err(invalid(
+                        "health_check_timeout_ms",
+                        "must be shorter than health_check_interval_ms",
+                    ));
+                }
+                ProbeConfig {
+                    default,
+                    interval: Duration::from_millis(interval),
+                    timeout: Duration::from_millis(timeout),
+                    unhealthy_after: positive(
+                        "health_check_unhealthy_threshold",
+                        s.health_check_unhealthy_threshold,
+                        2,
+                    )?,
+                    healthy_after: positive(
+                        "health_check_healthy_threshold",
+                        s.health_check_healthy_threshold,
+                        1,
+                    )?,
+                }
+            },
             auth: AuthConfig::from_settings(
                 s.auth_enabled,
                 s.auth_token_secret,
@@ -894,6 +996,20 @@ mod tests {
     #[test]
     fn invalid_values_name_their_key() {
         let cases = [
+            (
+                Settings {
+                    health_check: Some("udp".into()),
+                    ..Settings::default()
+                },
+                "health_check",
+            ),
+            (
+                Settings {
+                    health_check_timeout_ms: Some(5_000),
+                    ..Settings::default()
+                },
+                "health_check_timeout_ms",
+            ),
             (
                 Settings {
                     unhealthy_timeout_ms: Some(1),

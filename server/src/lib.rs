@@ -10,6 +10,7 @@
 //!   that the raft layer will take over, and its background tasks;
 //! - `writer`: the single-node writer with urgent and normal queues;
 //! - `sweeper`: the liveness task, asleep until the next deadline;
+//! - `probe`: TCP and HTTP health checks of persistent instances;
 //! - `ownership`: owners across nodes: members the leader lost, and
 //!   connection owners this node no longer holds;
 //! - `http`: the Nacos HTTP Open API, console, operator and probe
@@ -36,6 +37,7 @@ mod http;
 mod metrics;
 pub mod node;
 mod ownership;
+mod probe;
 mod push;
 pub mod raft;
 pub mod sim;

@@ -463,6 +463,7 @@ impl Node {
         ));
         tasks.spawn(crate::view::track_dcs(raft.clone(), faults, cancel.clone()));
         tasks.spawn(crate::sweeper::run(node.clone(), cancel.clone()));
+        tasks.spawn(crate::probe::run(node.clone(), cancel.clone()));
         tasks.spawn(crate::ownership::run(node.clone(), cancel.clone()));
         tasks.spawn(async move {
             cancel.cancelled().await;
