@@ -473,6 +473,12 @@ pub async fn run(scenario: &Scenario, scale: f64) -> Result<Report, ChaosError> 
     for step in &scenario.steps {
         tokio::time::sleep_until(start + step.at).await;
         let applied = start.elapsed();
+        eprintln!(
+            "understudy chaos: {:>7.1} s of {:.1} s: {}",
+            applied.as_secs_f64(),
+            scenario.duration.as_secs_f64(),
+            step.action
+        );
         apply_step(&mut sim, &targets, &step.action).await;
         if matches!(step.action, Action::Heal(_)) {
             heals.push((
@@ -491,6 +497,10 @@ pub async fn run(scenario: &Scenario, scale: f64) -> Result<Report, ChaosError> 
         });
     }
     tokio::time::sleep_until(start + scenario.duration).await;
+    eprintln!(
+        "understudy chaos: {:>7.1} s: the timeline is over; stopping the clients and waiting for convergence",
+        start.elapsed().as_secs_f64()
+    );
     stop_providers.cancel();
     for p in providers {
         let _ = p.await;

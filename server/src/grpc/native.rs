@@ -198,6 +198,8 @@ impl Snapshot {
                 last,
             })),
         };
+        let started = std::time::Instant::now();
+        let (services, mut messages, mut bytes) = (self.services.len(), 1_usize, 0_usize);
         let mut chunk: Vec<native::ServiceState> = Vec::new();
         let mut size = 0;
         for service in &self.services {
@@ -213,12 +215,27 @@ impl Snapshot {
                 tx.send(Ok(reset(std::mem::take(&mut chunk), false)))
                     .await
                     .map_err(|_| ())?;
+                bytes += size;
                 size = 0;
+                messages += 1;
+                if messages % 100 == 0 {
+                    tracing::info!(messages, bytes, services, "sending a large watch snapshot");
+                }
             }
             size += len;
             chunk.push(state);
         }
-        tx.send(Ok(reset(chunk, true))).await.map_err(|_| ())
+        tx.send(Ok(reset(chunk, true))).await.map_err(|_| ())?;
+        if messages > 1 {
+            tracing::info!(
+                services,
+                messages,
+                bytes = bytes + size,
+                took_ms = started.elapsed().as_millis() as u64,
+                "sent a watch snapshot in several messages"
+            );
+        }
+        Ok(())
     }
 }
 

@@ -678,6 +678,15 @@ impl RaftNetwork<TypeConfig> for Peer {
         InstallSnapshotResponse<NodeId>,
         RPCError<NodeId, Member, RaftError<NodeId, InstallSnapshotError>>,
     > {
+        if rpc.offset == 0 || rpc.done {
+            tracing::info!(
+                to = self.target,
+                snapshot = %rpc.meta.snapshot_id,
+                sent_bytes = rpc.offset + rpc.data.len() as u64,
+                done = rpc.done,
+                "sending a snapshot"
+            );
+        }
         self.send(
             Rpc::InstallSnapshot,
             RPCTypes::InstallSnapshot,
@@ -813,6 +822,21 @@ impl RaftRpc for RaftService {
         let request = self.admit(request)?;
         let rpc: InstallSnapshotRequest<TypeConfig> =
             decode(&request.payload, "install-snapshot request")?;
+        // A snapshot comes in chunks: say where it stands.
+        let received = rpc.offset + rpc.data.len() as u64;
+        let (leader, index) = (rpc.vote.leader_id().voted_for(), rpc.meta.last_log_id);
+        if rpc.offset == 0 || rpc.done {
+            tracing::info!(
+                from = ?leader,
+                snapshot = %rpc.meta.snapshot_id,
+                up_to = ?index.map(|l| l.index),
+                received_bytes = received,
+                done = rpc.done,
+                "receiving a snapshot"
+            );
+        } else {
+            tracing::debug!(received_bytes = received, "receiving a snapshot");
+        }
         reply(&self.raft.install_snapshot(rpc).await)
     }
 

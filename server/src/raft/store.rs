@@ -452,7 +452,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         meta: &SnapshotMeta<NodeId, Member>,
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError<NodeId>> {
+        let started = std::time::Instant::now();
         let bytes = snapshot.into_inner();
+        let size = bytes.len();
         let body: SnapshotBody = codec::decode(&bytes).map_err(io_error)?;
         let stored = StoredSnapshot {
             meta: meta.clone(),
@@ -465,6 +467,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         *lock(&self.current) = Some(stored);
+        tracing::info!(
+            snapshot = %meta.snapshot_id,
+            up_to = ?meta.last_log_id.map(|l| l.index),
+            bytes = size,
+            took_ms = started.elapsed().as_millis() as u64,
+            "installed a snapshot"
+        );
         Ok(())
     }
 
