@@ -29,6 +29,8 @@ pub enum EmptyProtection {
 pub(crate) struct Endpoint {
     pub(crate) uri: String,
     pub(crate) dc: Option<String>,
+    /// The CA to check an `https` endpoint's certificate against.
+    pub(crate) tls_ca: Option<Arc<[u8]>>,
 }
 
 /// Builds a [`Client`].
@@ -43,6 +45,7 @@ pub struct ClientBuilder {
     empty_protection: EmptyProtection,
     cache_dir: Option<std::path::PathBuf>,
     credentials: Option<Credentials>,
+    tls_ca: Option<Arc<[u8]>>,
 }
 
 /// A user's name and password, exchanged for a token with the server.
@@ -73,6 +76,7 @@ impl ClientBuilder {
         self.endpoints.push(Endpoint {
             uri,
             dc: dc.map(str::to_owned),
+            tls_ca: None,
         });
         self
     }
@@ -121,6 +125,14 @@ impl ClientBuilder {
         self
     }
 
+    /// The PEM certificate of the CA that signed the servers'
+    /// certificates, for servers serving TLS (give their addresses as
+    /// `https://host:port`).
+    pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_ca = Some(Arc::from(pem.into()));
+        self
+    }
+
     /// The directories' empty-push policy.
     pub fn empty_protection(mut self, policy: EmptyProtection) -> Self {
         self.empty_protection = policy;
@@ -143,6 +155,9 @@ impl ClientBuilder {
             });
         }
         let mut endpoints = self.endpoints;
+        for endpoint in &mut endpoints {
+            endpoint.tls_ca = self.tls_ca.clone();
+        }
         // Local DC first; the order is otherwise kept.
         if let Some(local) = &self.local_dc {
             endpoints.sort_by_key(|e| e.dc.as_deref() != Some(local.as_str()));
@@ -287,12 +302,17 @@ pub(crate) async fn connect(
     endpoint: &Endpoint,
     timeout: Duration,
 ) -> Result<tonic::transport::Channel, String> {
-    tonic::transport::Endpoint::from_shared(endpoint.uri.clone())
+    let mut channel = tonic::transport::Endpoint::from_shared(endpoint.uri.clone())
         .map_err(|e| e.to_string())?
-        .connect_timeout(timeout)
-        .connect()
-        .await
-        .map_err(|e| e.to_string())
+        .connect_timeout(timeout);
+    if endpoint.uri.starts_with("https://") {
+        let mut tls = tonic::transport::ClientTlsConfig::new();
+        if let Some(ca) = &endpoint.tls_ca {
+            tls = tls.ca_certificate(tonic::transport::Certificate::from_pem(ca));
+        }
+        channel = channel.tls_config(tls).map_err(|e| e.to_string())?;
+    }
+    channel.connect().await.map_err(|e| e.to_string())
 }
 
 /// A handle on understudy. Cheap to clone; shutting it down (or dropping

@@ -255,6 +255,15 @@ pub struct Settings {
     /// How long a token lasts, s (Nacos: 18000) [default: 18000].
     #[arg(long, env = "UNDERSTUDY_AUTH_TOKEN_TTL_S")]
     pub auth_token_ttl_s: Option<u64>,
+    /// PEM certificate chain of this node: with `tls_key`, the HTTP, gRPC and (with peers) raft ports speak TLS [default: none].
+    #[arg(long, env = "UNDERSTUDY_TLS_CERT", value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `tls_cert` [default: none].
+    #[arg(long, env = "UNDERSTUDY_TLS_KEY", value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM certificate of the CA that signed every node's certificate: the nodes verify each other with it on the raft port (both ways); required with TLS and peers [default: none].
+    #[arg(long, env = "UNDERSTUDY_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
     /// How persistent instances are probed by the node responsible for them: `none`, `tcp` (a connect) or `http[:PATH]` (a GET answered 2xx); an instance's metadata key `understudy.health_check` overrides it [default: none].
     #[arg(long, env = "UNDERSTUDY_HEALTH_CHECK", value_name = "CHECK")]
     pub health_check: Option<String>,
@@ -356,6 +365,9 @@ impl Settings {
             auth_token_secret,
             auth_token_ttl_s,
             users,
+            tls_cert,
+            tls_key,
+            tls_ca,
             health_check,
             health_check_interval_ms,
             health_check_timeout_ms,
@@ -434,6 +446,74 @@ pub struct ValidConfig {
     pub auth: AuthConfig,
     /// Probes of persistent instances.
     pub probes: ProbeConfig,
+    /// TLS on the ports, if configured.
+    pub tls: Option<TlsConfig>,
+}
+
+/// The PEM files TLS is served with, read at start-up.
+#[derive(Clone)]
+pub struct TlsConfig {
+    /// This node's certificate chain.
+    pub cert_pem: Vec<u8>,
+    /// Its private key.
+    pub key_pem: Vec<u8>,
+    /// The CA of the nodes' certificates, for the raft port.
+    pub ca_pem: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for TlsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsConfig")
+            .field("ca", &self.ca_pem.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TlsConfig {
+    fn from_settings(
+        cert: Option<PathBuf>,
+        key: Option<PathBuf>,
+        ca: Option<PathBuf>,
+        peers: bool,
+    ) -> Result<Option<Self>, ConfigError> {
+        let read = |key: &'static str, path: &Path, marker: &str| {
+            let bytes = std::fs::read(path)
+                .map_err(|e| invalid(key, format!("cannot read {}: {e}", path.display())))?;
+            if !String::from_utf8_lossy(&bytes).contains(marker) {
+                return Err(invalid(
+                    key,
+                    format!("{} holds no PEM {marker}", path.display()),
+                ));
+            }
+            Ok(bytes)
+        };
+        let (cert, key) = match (cert, key) {
+            (None, None) => {
+                if ca.is_some() {
+                    return Err(invalid("tls_ca", "needs tls_cert and tls_key"));
+                }
+                return Ok(None);
+            }
+            (Some(_), None) => return Err(invalid("tls_key", "is required with tls_cert")),
+            (None, Some(_)) => return Err(invalid("tls_cert", "is required with tls_key")),
+            (Some(cert), Some(key)) => (cert, key),
+        };
+        let ca_pem = match ca {
+            Some(ca) => Some(read("tls_ca", &ca, "CERTIFICATE")?),
+            None if peers => {
+                return Err(invalid(
+                    "tls_ca",
+                    "is required with TLS and peers: the nodes verify each other's certificates with it",
+                ))
+            }
+            None => None,
+        };
+        Ok(Some(Self {
+            cert_pem: read("tls_cert", &cert, "CERTIFICATE")?,
+            key_pem: read("tls_key", &key, "PRIVATE KEY")?,
+            ca_pem,
+        }))
+    }
 }
 
 /// A probe of an instance's address.
@@ -868,6 +948,7 @@ impl ValidConfig {
             tick: Duration::from_millis(tick_ms),
             apply_delays,
         };
+        let has_peers = !peers.is_empty();
         let cluster = ClusterConfig {
             raft_port,
             advertise,
@@ -900,6 +981,7 @@ impl ValidConfig {
             cluster,
             data_dir,
             chaos,
+            tls: TlsConfig::from_settings(s.tls_cert, s.tls_key, s.tls_ca, has_peers)?,
             probes: {
                 let default = s
                     .health_check
@@ -1177,6 +1259,52 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("at least one [[users]]"), "{err}");
+    }
+
+    #[test]
+    fn tls_needs_a_certificate_and_key_and_with_peers_a_ca() {
+        let dir =
+            std::env::temp_dir().join(format!("understudy-tls-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cert = dir.join("cert.pem");
+        let key = dir.join("key.pem");
+        std::fs::write(
+            &cert,
+            "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        std::fs::write(
+            &key,
+            "-----BEGIN PRIVATE KEY-----\n-----END PRIVATE KEY-----\n",
+        )
+        .unwrap();
+        let with = |cert: Option<&Path>, key: Option<&Path>, peers: bool| {
+            ValidConfig::from_settings(Settings {
+                tls_cert: cert.map(Path::to_owned),
+                tls_key: key.map(Path::to_owned),
+                peers: peers.then(|| vec!["2=127.0.0.1:7849".to_owned()]),
+                ..Settings::default()
+            })
+        };
+        let err = with(Some(&cert), None, false).unwrap_err().to_string();
+        assert!(err.contains("tls_key"), "{err}");
+        let err = with(Some(&dir.join("missing.pem")), Some(&key), false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("tls_cert") && err.contains("cannot read"),
+            "{err}"
+        );
+        let err = with(Some(&key), Some(&key), false).unwrap_err().to_string();
+        assert!(
+            err.contains("tls_cert") && err.contains("CERTIFICATE"),
+            "{err}"
+        );
+        let err = with(Some(&cert), Some(&key), true).unwrap_err().to_string();
+        assert!(err.contains("tls_ca"), "{err}");
+        assert!(with(Some(&cert), Some(&key), false).unwrap().tls.is_some());
+        assert!(with(None, None, true).unwrap().tls.is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //! - `grpc`: the Nacos 2.x gRPC API: connections, naming requests, pushes;
 //! - `push`: subscriptions and the subscribe-then-snapshot push state;
 //! - `udp`: legacy UDP pushes to v1 HTTP clients;
+//! - `tls`: TLS on the HTTP, gRPC and raft ports;
 //! - `metrics`: the process-wide Prometheus recorder;
 //! - `ctl`: the `understudy ctl` admin commands (export, import), HTTP
 //!   calls to a running node.
@@ -42,6 +43,7 @@ mod push;
 pub mod raft;
 pub mod sim;
 mod sweeper;
+mod tls;
 mod udp;
 pub mod view;
 
@@ -154,12 +156,22 @@ pub async fn serve(
         tasks.clone(),
     ));
     let stop_http = cancel.child_token();
-    let server = axum::serve(
-        listeners.http,
-        router(node.clone()).into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(stop_http.clone().cancelled_owned());
-    let http = tokio::spawn(async move { server.await });
+    let stopped = stop_http.clone().cancelled_owned();
+    let http = match &node.config().tls {
+        None => {
+            let app = router(node.clone()).into_make_service_with_connect_info::<SocketAddr>();
+            let server = axum::serve(listeners.http, app).with_graceful_shutdown(stopped);
+            tokio::spawn(async move { server.await })
+        }
+        Some(tls) => {
+            let listener = tls::TlsListener::new(listeners.http, tls::http_config(tls)?)?;
+            let app = router(node.clone())
+                .layer(axum::middleware::map_request(tls::peer_as_socket_addr))
+                .into_make_service_with_connect_info::<tls::TlsPeer>();
+            let server = axum::serve(listener, app).with_graceful_shutdown(stopped);
+            tokio::spawn(async move { server.await })
+        }
+    };
     Ok(Serving {
         node,
         grace,

@@ -212,6 +212,8 @@ pub struct Server {
     pub http: SocketAddr,
     /// Its gRPC address.
     pub grpc: SocketAddr,
+    /// `https` when it serves TLS, else `http`.
+    pub scheme: &'static str,
     stop: CancellationToken,
     handle: Option<JoinHandle<std::io::Result<()>>>,
 }
@@ -295,7 +297,13 @@ impl Server {
             let listeners = Listeners::bind(&config).await?;
             servers.push(Self::serve(config, listeners).await?);
         }
-        let client = reqwest::Client::new();
+        // With TLS, the nodes' certificates are signed by the configured CA.
+        let mut client = reqwest::Client::builder();
+        if let Some(ca) = &settings.tls_ca {
+            client =
+                client.add_root_certificate(reqwest::Certificate::from_pem(&std::fs::read(ca)?)?);
+        }
+        let client = client.build()?;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         loop {
             let mut leaders = std::collections::BTreeSet::new();
@@ -330,18 +338,24 @@ impl Server {
         let grpc = listeners.grpc.local_addr()?;
         let stop = CancellationToken::new();
         let shutdown = stop.clone().cancelled_owned();
+        let scheme = if config.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         let handle = tokio::spawn(understudy_server::run(config, listeners, shutdown));
         Ok(Self {
             http,
             grpc,
+            scheme,
             stop,
             handle: Some(handle),
         })
     }
 
-    /// `http://ADDR{path}`.
+    /// `http://ADDR{path}` (`https` with TLS).
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.http)
+        format!("{}://{}{path}", self.scheme, self.http)
     }
 
     /// Shuts down gracefully and waits for it.

@@ -532,6 +532,7 @@ async fn ctl_exports_to_a_file_and_imports_it_into_another_node() -> anyhow::Res
         username: None,
         password: None,
         grpc: None,
+        ca: None,
     };
     let dir = tempfile::tempdir()?;
     let file = dir.path().join("a.json");

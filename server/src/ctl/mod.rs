@@ -128,6 +128,10 @@ pub struct Target {
     /// The node's gRPC address, for `watch` and `ls services` [default: its HTTP port + 1000].
     #[arg(long, value_name = "URL")]
     pub grpc: Option<String>,
+    /// PEM certificate of the CA that signed the node's certificate, for a
+    /// node serving TLS (give `--server https://...`).
+    #[arg(long, env = "UNDERSTUDY_TLS_CA", value_name = "FILE")]
+    pub ca: Option<PathBuf>,
     /// The user's password.
     #[arg(
         long,
@@ -287,6 +291,7 @@ fn hash_password(args: &HashPasswordArgs) -> Result<String, CtlError> {
 #[derive(Debug, Clone)]
 pub(crate) struct Node {
     http: reqwest::Client,
+    ca: Option<Vec<u8>>,
     server: String,
     grpc: Option<String>,
     secret: Option<String>,
@@ -297,9 +302,17 @@ impl Node {
     /// Connects to `target`'s node, logging in first when it names a user.
     pub(crate) async fn connect(target: &Target) -> Result<Self, CtlError> {
         let url = endpoint(&target.server, "/nacos/v1/auth/login");
-        let http = client().map_err(|source| unreachable(&url, source))?;
+        let ca = match &target.ca {
+            Some(path) => Some(std::fs::read(path).map_err(|source| CtlError::File {
+                path: path.clone(),
+                source,
+            })?),
+            None => None,
+        };
+        let http = client(ca.as_deref()).map_err(|source| unreachable(&url, source))?;
         let mut node = Node {
             http,
+            ca,
             server: target.server.clone(),
             grpc: target.grpc.clone(),
             secret: target.secret.clone().filter(|s| !s.is_empty()),
@@ -358,9 +371,19 @@ impl Node {
             url: url.clone(),
             reason,
         };
-        let channel = tonic::transport::Endpoint::from_shared(url.clone())
+        let mut endpoint = tonic::transport::Endpoint::from_shared(url.clone())
             .map_err(|e| unreachable(e.to_string()))?
-            .connect_timeout(Duration::from_secs(5))
+            .connect_timeout(Duration::from_secs(5));
+        if url.starts_with("https://") {
+            let mut tls = tonic::transport::ClientTlsConfig::new();
+            if let Some(ca) = &self.ca {
+                tls = tls.ca_certificate(tonic::transport::Certificate::from_pem(ca));
+            }
+            endpoint = endpoint
+                .tls_config(tls)
+                .map_err(|e| unreachable(chain(&e)))?;
+        }
+        let channel = endpoint
             .connect()
             .await
             .map_err(|e| unreachable(chain(&e)))?;
@@ -521,10 +544,12 @@ pub async fn health(target: &Target) -> Result<String, CtlError> {
     Ok(String::from_utf8_lossy(&body).trim().to_owned())
 }
 
-fn client() -> Result<reqwest::Client, reqwest::Error> {
-    reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(5))
-        .build()
+fn client(ca: Option<&[u8]>) -> Result<reqwest::Client, reqwest::Error> {
+    let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(5));
+    if let Some(ca) = ca {
+        builder = builder.add_root_certificate(reqwest::Certificate::from_pem(ca)?);
+    }
+    builder.build()
 }
 
 fn unreachable(url: &str, error: reqwest::Error) -> CtlError {

@@ -125,7 +125,14 @@ pub(crate) async fn serve(
         reset_conns.send_elsewhere("server shutting down").await;
         stop_accepting.cancel();
     };
-    tonic::transport::Server::builder()
+    let mut server = tonic::transport::Server::builder();
+    if let Some(tls) = &node.config().tls {
+        server = match server.tls_config(crate::tls::grpc_config(tls)) {
+            Ok(server) => server,
+            Err(e) => return Err(e),
+        };
+    }
+    server
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .add_service(unary)
         .add_service(bi)

@@ -351,6 +351,7 @@ pub async fn start_member(
         faults.clone(),
         NetworkOptions {
             secret: secret.clone(),
+            tls: config.tls.clone(),
             ..NetworkOptions::default()
         },
     );
@@ -378,8 +379,14 @@ pub async fn start_member(
     let service = network::service(raft.clone(), &network);
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     let stop = cancel.clone();
+    let mut server = tonic::transport::Server::builder();
+    if let Some(tls) = &node.config().tls {
+        server = server
+            .tls_config(crate::tls::raft_server_config(tls))
+            .map_err(std::io::Error::other)?;
+    }
     tasks.spawn(async move {
-        if let Err(e) = tonic::transport::Server::builder()
+        if let Err(e) = server
             .add_service(service)
             .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
             .await

@@ -108,6 +108,8 @@ pub struct NetworkOptions {
     pub forward_timeout: Duration,
     /// How long openraft waits before retrying an unreachable peer.
     pub backoff: Duration,
+    /// TLS to the peers' raft ports, if the nodes speak it.
+    pub tls: Option<crate::config::TlsConfig>,
 }
 
 impl Default for NetworkOptions {
@@ -119,6 +121,7 @@ impl Default for NetworkOptions {
             connect_timeout: Duration::from_secs(1),
             forward_timeout: Duration::from_secs(5),
             backoff: Duration::from_millis(500),
+            tls: None,
         }
     }
 }
@@ -437,10 +440,23 @@ impl Network {
             addr: member.raft_addr.clone(),
             reason,
         };
-        let channel = Endpoint::from_shared(format!("http://{}", member.raft_addr))
+        let tls = self.shared.options.tls.as_ref();
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{}", member.raft_addr))
             .map_err(|e| bad(e.to_string()))?
-            .connect_timeout(self.shared.options.connect_timeout)
-            .connect_lazy();
+            .connect_timeout(self.shared.options.connect_timeout);
+        if let Some(tls) = tls {
+            let host = member
+                .raft_addr
+                .rsplit_once(':')
+                .map_or(member.raft_addr.as_str(), |(host, _)| host)
+                .trim_start_matches('[')
+                .trim_end_matches(']');
+            endpoint = endpoint
+                .tls_config(crate::tls::raft_client_config(tls, host))
+                .map_err(|e| bad(e.to_string()))?;
+        }
+        let channel = endpoint.connect_lazy();
         channels.insert(target, (member.raft_addr.clone(), channel.clone()));
         Ok(channel)
     }
