@@ -10,14 +10,12 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::naming::{client, History};
 use common::{agreed_leader, start, Proc};
-use nacos_sdk::api::naming::{
-    NamingChangeEvent, NamingEventListener, NamingService, NamingServiceBuilder, ServiceInstance,
-};
-use nacos_sdk::api::props::ClientProps;
+use nacos_sdk::api::naming::ServiceInstance;
 
 const SERVICE: &str = "com.example.Owned";
 /// Long enough for the SDK to notice (a health check every 5 s) and reconnect.
@@ -25,78 +23,12 @@ const GRACE_MS: u64 = 20_000;
 const MOVING: &str = "10.1.0.1:8080";
 const STRANDED: &str = "10.1.0.2:8080";
 
-async fn client(servers: &[&Proc]) -> NamingService {
-    let addresses: Vec<String> = servers
-        .iter()
-        .map(|p| format!("127.0.0.1:{}", p.http))
-        .collect();
-    let cache = std::env::temp_dir().join(format!(
-        "understudy-ownership-cache-{}-{}",
-        std::process::id(),
-        addresses.join("-").replace([':', '.'], "_")
-    ));
-    NamingServiceBuilder::new(
-        ClientProps::new()
-            .server_addr(addresses.join(","))
-            .namespace("")
-            .app_name("understudy-ownership")
-            .naming_load_cache_at_start(false)
-            .naming_push_empty_protection(false)
-            .cache_dir(cache)
-            .env_first(false),
-    )
-    .build()
-    .await
-    .expect("the client connects")
-}
-
 fn instance(endpoint: &str) -> ServiceInstance {
     let (ip, port) = endpoint.split_once(':').expect("ip:port");
     ServiceInstance {
         ip: ip.to_owned(),
         port: port.parse().expect("a port"),
         ..ServiceInstance::default()
-    }
-}
-
-/// Every pushed list, in order, with when it arrived.
-#[derive(Default)]
-struct History {
-    lists: Mutex<Vec<(Instant, Vec<String>)>>,
-}
-
-impl NamingEventListener for History {
-    fn event(&self, event: Arc<NamingChangeEvent>) {
-        let mut list: Vec<String> = event
-            .instances
-            .as_deref()
-            .unwrap_or_default()
-            .iter()
-            .map(|i| format!("{}:{}", i.ip, i.port))
-            .collect();
-        list.sort();
-        self.lists.lock().unwrap().push((Instant::now(), list));
-    }
-}
-
-impl History {
-    fn latest(&self) -> Option<Vec<String>> {
-        self.lists.lock().unwrap().last().map(|(_, l)| l.clone())
-    }
-
-    /// Whether a list pushed at or after `since` lacked `endpoint`.
-    fn lost_since(&self, endpoint: &str, since: Instant) -> Option<(Duration, Vec<String>)> {
-        self.lists
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|(at, list)| *at >= since && !list.iter().any(|e| e == endpoint))
-            .map(|(at, list)| (at.duration_since(since), list.clone()))
-    }
-
-    /// When `endpoint` first went missing after `since`.
-    fn removed_after(&self, endpoint: &str, since: Instant) -> Option<Duration> {
-        self.lost_since(endpoint, since).map(|(after, _)| after)
     }
 }
 
@@ -137,13 +69,13 @@ async fn a_client_moving_within_the_grace_period_keeps_its_instance_and_a_strand
     agreed_leader(&http, &mut all, Duration::from_secs(30)).await;
 
     // The subscriber sits on node 3; the provider that can move knows 1 and 2.
-    let subscriber = client(&[&procs[2]]).await;
+    let subscriber = client(&[&procs[2]], "subscriber").await;
     let history = Arc::new(History::default());
     subscriber
         .subscribe(SERVICE.into(), None, vec![], history.clone())
         .await
         .expect("subscribe");
-    let moving = client(&[&procs[0], &procs[1]]).await;
+    let moving = client(&[&procs[0], &procs[1]], "moving").await;
     moving
         .register_instance(SERVICE.into(), None, instance(MOVING))
         .await
@@ -169,7 +101,7 @@ async fn a_client_moving_within_the_grace_period_keeps_its_instance_and_a_strand
     let holder = holder.expect("found above");
     let other = 1 - holder;
     // The stranded provider knows only the node about to be killed.
-    let stranded = client(&[&procs[holder]]).await;
+    let stranded = client(&[&procs[holder]], "stranded").await;
     stranded
         .register_instance(SERVICE.into(), None, instance(STRANDED))
         .await
@@ -242,7 +174,7 @@ async fn a_node_cut_off_from_the_majority_sends_its_grpc_clients_away() {
     );
     let mut all: Vec<&mut Proc> = procs.iter_mut().collect();
     agreed_leader(&http, &mut all, Duration::from_secs(30)).await;
-    let client = client(&[&procs[2]]).await;
+    let client = client(&[&procs[2]], "cut-off").await;
     client
         .register_instance(SERVICE.into(), None, instance(MOVING))
         .await

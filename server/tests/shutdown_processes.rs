@@ -7,76 +7,14 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::naming::{client, History};
 use common::{agreed_leader, start, Proc};
-use nacos_sdk::api::naming::{
-    NamingChangeEvent, NamingEventListener, NamingService, NamingServiceBuilder, ServiceInstance,
-};
-use nacos_sdk::api::props::ClientProps;
+use nacos_sdk::api::naming::ServiceInstance;
 
 const SERVICE: &str = "com.example.Drained";
-
-async fn client(servers: &[&Proc], name: &str) -> NamingService {
-    let addresses: Vec<String> = servers
-        .iter()
-        .map(|p| format!("127.0.0.1:{}", p.http))
-        .collect();
-    let cache = std::env::temp_dir().join(format!(
-        "understudy-shutdown-cache-{}-{name}",
-        std::process::id()
-    ));
-    NamingServiceBuilder::new(
-        ClientProps::new()
-            .server_addr(addresses.join(","))
-            .namespace("")
-            .app_name("understudy-shutdown")
-            .naming_load_cache_at_start(false)
-            .naming_push_empty_protection(false)
-            .cache_dir(cache)
-            .env_first(false),
-    )
-    .build()
-    .await
-    .expect("the client connects")
-}
-
-/// Every pushed list, in order.
-#[derive(Default)]
-struct History {
-    lists: Mutex<Vec<(Instant, Vec<String>)>>,
-}
-
-impl NamingEventListener for History {
-    fn event(&self, event: Arc<NamingChangeEvent>) {
-        let mut list: Vec<String> = event
-            .instances
-            .as_deref()
-            .unwrap_or_default()
-            .iter()
-            .map(|i| format!("{}:{}", i.ip, i.port))
-            .collect();
-        list.sort();
-        self.lists.lock().unwrap().push((Instant::now(), list));
-    }
-}
-
-impl History {
-    fn latest(&self) -> Option<Vec<String>> {
-        self.lists.lock().unwrap().last().map(|(_, l)| l.clone())
-    }
-
-    /// The first list pushed at or after `since` that is not `want`.
-    fn differed_since(&self, want: &[String], since: Instant) -> Option<Vec<String>> {
-        self.lists
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|(at, list)| *at >= since && list.as_slice() != want)
-            .map(|(_, list)| list.clone())
-    }
-}
 
 /// How many gRPC connections each node holds, from its metrics (0 for a
 /// node that does not answer).

@@ -9,6 +9,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+// Not every test binary runs a Nacos client.
+#[allow(dead_code)]
+pub(crate) mod naming;
+
 /// One `understudy` process.
 pub(crate) struct Proc {
     /// Its node id.
