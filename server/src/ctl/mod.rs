@@ -189,6 +189,16 @@ pub enum CtlError {
         /// The server's message.
         message: String,
     },
+    /// The node refused a gRPC call; `message` is its own.
+    #[error("{url} answered {code:?}: {message}")]
+    RefusedCall {
+        /// What was called.
+        url: String,
+        /// The gRPC status code.
+        code: tonic::Code,
+        /// The server's message.
+        message: String,
+    },
     /// A file could not be read or written.
     #[error("{path}: {source}")]
     File {
@@ -485,9 +495,9 @@ pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
 
 /// A refused native call as a ctl error.
 pub(crate) fn refused(url: &str, status: tonic::Status) -> CtlError {
-    CtlError::Refused {
+    CtlError::RefusedCall {
         url: url.to_owned(),
-        status: status.code() as u16,
+        code: status.code(),
         message: status.message().to_owned(),
     }
 }

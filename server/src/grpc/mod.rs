@@ -127,10 +127,7 @@ pub(crate) async fn serve(
     };
     let mut server = tonic::transport::Server::builder();
     if let Some(tls) = &node.config().tls {
-        server = match server.tls_config(crate::tls::grpc_config(tls)) {
-            Ok(server) => server,
-            Err(e) => return Err(e),
-        };
+        server = server.tls_config(crate::tls::grpc_config(tls))?;
     }
     server
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
