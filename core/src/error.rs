@@ -85,6 +85,16 @@ pub enum Error {
         /// Group.
         group: String,
     },
+    /// A configured limit would be exceeded; the command changed nothing.
+    #[error("{what}: over the limit of {max} ({setting})")]
+    OverLimit {
+        /// The setting that holds the limit (`max_instances_per_service`, ...).
+        setting: &'static str,
+        /// The limit.
+        max: usize,
+        /// What would have exceeded it.
+        what: String,
+    },
     /// The change log no longer holds the revisions asked for: take a snapshot.
     #[error("history from revision {requested} is compacted; the oldest kept is {oldest}")]
     HistoryCompacted {

@@ -182,6 +182,10 @@ pub struct Limits {
     pub max_instances_per_registration: usize,
     /// Largest config content, in bytes.
     pub max_config_bytes: usize,
+    /// Most instances in one service.
+    pub max_instances_per_service: usize,
+    /// Most services in one namespace.
+    pub max_services_per_namespace: usize,
 }
 
 impl Default for Limits {
@@ -192,6 +196,8 @@ impl Default for Limits {
             max_metadata_value_bytes: 4096,
             max_instances_per_registration: 1000,
             max_config_bytes: 10 << 20,
+            max_instances_per_service: 10_000,
+            max_services_per_namespace: 50_000,
         }
     }
 }

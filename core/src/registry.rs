@@ -687,19 +687,6 @@ impl Registry {
             built.insert(instance.key(), instance);
         }
 
-        if existing.is_none() {
-            if built.is_empty() {
-                // An empty batch for a service that does not exist: nothing to do.
-                return Ok(());
-            }
-            self.insert_service(Service::new(key.clone(), requested, None, tx.at));
-            tx.events.push(Event::ServiceCreated {
-                service: key.clone(),
-                kind: requested,
-                meta: None,
-            });
-        }
-
         let previous: Held = self
             .owners
             .get(owner)
@@ -710,6 +697,23 @@ impl Registry {
             .into_iter()
             .filter(|k| !built.contains_key(k))
             .collect();
+
+        if existing.is_none() {
+            if built.is_empty() {
+                // An empty batch for a service that does not exist: nothing to do.
+                return Ok(());
+            }
+            self.check_room_for_service(key)?;
+        }
+        self.check_room_for_instances(key, &built, &gone)?;
+        if existing.is_none() {
+            self.insert_service(Service::new(key.clone(), requested, None, tx.at));
+            tx.events.push(Event::ServiceCreated {
+                service: key.clone(),
+                kind: requested,
+                meta: None,
+            });
+        }
 
         let service = self
             .service_mut(key)
@@ -763,6 +767,60 @@ impl Registry {
         // the service as empty in between.
         for ikey in gone {
             self.remove_instance(tx, key, &ikey, RemovalCause::Replaced);
+        }
+        Ok(())
+    }
+
+    /// Refuses a new service in a namespace that holds the most allowed.
+    fn check_room_for_service(&self, key: &ServiceKey) -> Result<(), Error> {
+        let max = self.options.limits.max_services_per_namespace;
+        let count = self
+            .namespaces
+            .get(&key.namespace)
+            .map_or(0, |ns| ns.services.len());
+        if count >= max {
+            return Err(Error::OverLimit {
+                setting: "max_services_per_namespace",
+                max,
+                what: format!(
+                    "namespace '{}' has {count} services, so {} cannot be created",
+                    key.namespace,
+                    key.grouped_name()
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Refuses a registration that would leave a service with more
+    /// instances than allowed (counting the owner's instances it replaces).
+    fn check_room_for_instances(
+        &self,
+        key: &ServiceKey,
+        built: &BTreeMap<InstanceKey, Instance>,
+        gone: &[InstanceKey],
+    ) -> Result<(), Error> {
+        let max = self.options.limits.max_instances_per_service;
+        let (current, added) = match self.service_ref(key) {
+            Some(service) => (
+                service.instances.len(),
+                built
+                    .keys()
+                    .filter(|k| !service.instances.contains_key(*k))
+                    .count(),
+            ),
+            None => (0, built.len()),
+        };
+        let after = (current + added).saturating_sub(gone.len());
+        if added > 0 && after > max {
+            return Err(Error::OverLimit {
+                setting: "max_instances_per_service",
+                max,
+                what: format!(
+                    "service {} would have {after} instances",
+                    key.grouped_name()
+                ),
+            });
         }
         Ok(())
     }
@@ -946,6 +1004,7 @@ impl Registry {
                 service: key.grouped_name(),
             });
         }
+        self.check_room_for_service(key)?;
         self.insert_service(Service::new(key.clone(), kind, Some(meta.clone()), tx.at));
         tx.events.push(Event::ServiceCreated {
             service: key.clone(),

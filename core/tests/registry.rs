@@ -859,3 +859,89 @@ fn oversized_or_blank_config_content_is_refused() {
     }
     assert_eq!(reg.revision(), 0);
 }
+
+#[test]
+fn instance_and_service_limits_refuse_by_setting_name_and_change_nothing() {
+    let mut options = RegistryOptions::default();
+    options.limits.max_instances_per_service = 2;
+    options.limits.max_services_per_namespace = 2;
+    let mut reg = Registry::new(options);
+    let svc = key("", "", "full");
+    let conn = Owner::Connection {
+        node: 1,
+        id: "c1".into(),
+    };
+    let batch = |ports: &[u16]| {
+        Command::new(
+            0,
+            Op::Register {
+                service: svc.clone(),
+                owner: conn.clone(),
+                instances: ports
+                    .iter()
+                    .map(|p| InstanceSpec::new("10.0.0.1", *p))
+                    .collect(),
+            },
+        )
+    };
+    reg.apply(&batch(&[1, 2])).unwrap();
+    let revision = reg.revision();
+    // A third instance, from another owner, is one too many.
+    let third = reg.apply(&Command::new(
+        0,
+        Op::Register {
+            service: svc.clone(),
+            owner: beat_owner("10.0.0.3", 80),
+            instances: vec![InstanceSpec::new("10.0.0.3", 80)],
+        },
+    ));
+    match third {
+        Err(Error::OverLimit { setting, max, what }) => {
+            assert_eq!((setting, max), ("max_instances_per_service", 2));
+            assert!(what.contains("DEFAULT_GROUP@@full"), "{what}");
+        }
+        other => panic!("expected the instance limit, got {other:?}"),
+    }
+    assert_eq!(reg.revision(), revision);
+    // Replacing the owner's own entry is not growth: it stays allowed,
+    // and so is re-registering what is there.
+    reg.apply(&batch(&[2, 3])).unwrap();
+    reg.apply(&batch(&[2, 3])).unwrap();
+    assert_eq!(all(&reg.service(&svc).unwrap()).instances.len(), 2);
+
+    register(
+        &mut reg,
+        0,
+        &key("", "", "second"),
+        InstanceSpec::new("10.0.0.1", 80),
+    );
+    let revision = reg.revision();
+    let refused = reg.apply(&Command::new(
+        0,
+        Op::Register {
+            service: key("", "", "third"),
+            owner: beat_owner("10.0.0.1", 80),
+            instances: vec![InstanceSpec::new("10.0.0.1", 80)],
+        },
+    ));
+    assert!(
+        matches!(
+            refused,
+            Err(Error::OverLimit {
+                setting: "max_services_per_namespace",
+                max: 2,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    assert!(reg.service(&key("", "", "third")).is_none());
+    assert_eq!(reg.revision(), revision);
+    // Another namespace has room of its own.
+    register(
+        &mut reg,
+        0,
+        &key("other", "", "third"),
+        InstanceSpec::new("10.0.0.1", 80),
+    );
+}

@@ -164,6 +164,30 @@ pub struct Settings {
     /// Most instances in one registration [default: 1000].
     #[arg(long, env = "UNDERSTUDY_MAX_INSTANCES_PER_REGISTRATION")]
     pub max_instances_per_registration: Option<usize>,
+    /// Most instances in one service [default: 10000].
+    #[arg(long, env = "UNDERSTUDY_MAX_INSTANCES_PER_SERVICE")]
+    pub max_instances_per_service: Option<usize>,
+    /// Most services in one namespace [default: 50000].
+    #[arg(long, env = "UNDERSTUDY_MAX_SERVICES_PER_NAMESPACE")]
+    pub max_services_per_namespace: Option<usize>,
+    /// Most open gRPC connections on this node [default: 20000].
+    #[arg(long, env = "UNDERSTUDY_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+    /// Most open gRPC connections from one client IP [default: 5000].
+    #[arg(long, env = "UNDERSTUDY_MAX_CONNECTIONS_PER_IP")]
+    pub max_connections_per_ip: Option<usize>,
+    /// Most service subscriptions (and, apart, config listeners) per gRPC connection [default: 10000].
+    #[arg(long, env = "UNDERSTUDY_MAX_SUBSCRIPTIONS_PER_CONNECTION")]
+    pub max_subscriptions_per_connection: Option<usize>,
+    /// Most native watches open at once on one gRPC connection [default: 1000].
+    #[arg(long, env = "UNDERSTUDY_MAX_WATCHES_PER_CONNECTION")]
+    pub max_watches_per_connection: Option<usize>,
+    /// Ordinary requests (not beats, deregistrations or health checks) worked on at once [default: 1024].
+    #[arg(long, env = "UNDERSTUDY_MAX_CONCURRENT_REQUESTS")]
+    pub max_concurrent_requests: Option<usize>,
+    /// How long an ordinary request waits for a slot before it is refused as busy, ms [default: 1000].
+    #[arg(long, env = "UNDERSTUDY_REQUEST_QUEUE_TIMEOUT_MS")]
+    pub request_queue_timeout_ms: Option<u64>,
     /// Capacity of each write queue (urgent and normal) [default: 4096].
     #[arg(long, env = "UNDERSTUDY_WRITE_QUEUE")]
     pub write_queue: Option<usize>,
@@ -335,6 +359,14 @@ impl Settings {
             max_metadata_key_bytes,
             max_metadata_value_bytes,
             max_instances_per_registration,
+            max_instances_per_service,
+            max_services_per_namespace,
+            max_connections,
+            max_connections_per_ip,
+            max_subscriptions_per_connection,
+            max_watches_per_connection,
+            max_concurrent_requests,
+            request_queue_timeout_ms,
             write_queue,
             write_timeout_ms,
             push_timeout_ms,
@@ -426,6 +458,10 @@ pub struct ValidConfig {
     pub max_body_bytes: usize,
     /// Capacity of each write queue.
     pub write_queue: usize,
+    /// Ordinary requests worked on at once.
+    pub max_concurrent_requests: usize,
+    /// How long an ordinary request waits for a slot.
+    pub request_queue_timeout: Duration,
     /// How long a write may wait for queue room.
     pub write_timeout: Duration,
     /// Push and connection settings of the gRPC API.
@@ -737,6 +773,14 @@ pub struct GrpcConfig {
     pub detection_timeout: u64,
     /// Largest message.
     pub max_message_bytes: usize,
+    /// Most open connections on the node.
+    pub max_connections: usize,
+    /// Most open connections from one client IP.
+    pub max_connections_per_ip: usize,
+    /// Most service subscriptions, and apart config listeners, per connection.
+    pub max_subscriptions_per_connection: usize,
+    /// Most native watches open at once per connection.
+    pub max_watches_per_connection: usize,
 }
 
 impl Default for ValidConfig {
@@ -783,6 +827,16 @@ impl ValidConfig {
                 1000,
             )?,
             max_config_bytes: positive("max_config_bytes", s.max_config_bytes, 10 << 20)?,
+            max_instances_per_service: positive(
+                "max_instances_per_service",
+                s.max_instances_per_service,
+                10_000,
+            )?,
+            max_services_per_namespace: positive(
+                "max_services_per_namespace",
+                s.max_services_per_namespace,
+                50_000,
+            )?,
         };
         let zone_key = s.zone_key.unwrap_or_else(|| "zone".to_owned());
         if zone_key.trim().is_empty() {
@@ -836,6 +890,22 @@ impl ValidConfig {
                 "max_grpc_message_bytes",
                 s.max_grpc_message_bytes,
                 10 << 20,
+            )?,
+            max_connections: positive("max_connections", s.max_connections, 20_000)?,
+            max_connections_per_ip: positive(
+                "max_connections_per_ip",
+                s.max_connections_per_ip,
+                5_000,
+            )?,
+            max_subscriptions_per_connection: positive(
+                "max_subscriptions_per_connection",
+                s.max_subscriptions_per_connection,
+                10_000,
+            )?,
+            max_watches_per_connection: positive(
+                "max_watches_per_connection",
+                s.max_watches_per_connection,
+                1_000,
             )?,
         };
         let node_id = positive("node_id", s.node_id, 1)?;
@@ -969,6 +1039,16 @@ impl ValidConfig {
             registry,
             max_body_bytes,
             write_queue: positive("write_queue", s.write_queue, 4096)?,
+            max_concurrent_requests: positive(
+                "max_concurrent_requests",
+                s.max_concurrent_requests,
+                1024,
+            )?,
+            request_queue_timeout: Duration::from_millis(positive(
+                "request_queue_timeout_ms",
+                s.request_queue_timeout_ms,
+                1_000,
+            )?),
             write_timeout: Duration::from_millis(positive(
                 "write_timeout_ms",
                 s.write_timeout_ms,

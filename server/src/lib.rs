@@ -27,6 +27,7 @@
 //! resolves; tests bind port 0 and call it in-process, or build a
 //! [`Node`] and drive [`router`] without sockets.
 
+mod admission;
 pub mod auth;
 pub mod chaos;
 pub mod clock;

@@ -50,6 +50,15 @@ pub(crate) fn render(node: &crate::Node, handle: &PrometheusHandle) -> String {
     gauge.family("understudy_node_info", "This node's id and datacenter.");
     let labels = [("node", id.as_str()), ("dc", node.config().dc.as_str())];
     gauge.sample("understudy_node_info", &labels, 1.0);
+    gauge.family(
+        "understudy_requests_in_progress",
+        "Ordinary requests holding a slot (at most max_concurrent_requests).",
+    );
+    gauge.sample(
+        "understudy_requests_in_progress",
+        &[],
+        node.admission().in_use() as f64,
+    );
     let registry = node.registry();
     let namespaces = registry.namespaces();
     gauge.family("understudy_namespaces", "Namespaces that exist.");

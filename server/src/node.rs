@@ -274,6 +274,8 @@ struct Inner {
     view: crate::view::View,
     /// Who may call.
     auth: crate::auth::Auth,
+    /// The slots for ordinary requests.
+    admission: crate::admission::Admission,
 }
 
 /// A connection id held open by this process; released on drop.
@@ -420,6 +422,10 @@ impl Node {
             }
         };
         let auth = crate::auth::Auth::new(config.auth.clone());
+        let admission = crate::admission::Admission::new(
+            config.max_concurrent_requests,
+            config.request_queue_timeout,
+        );
         let node = Node {
             inner: Arc::new(Inner {
                 config,
@@ -433,6 +439,7 @@ impl Node {
                 quorum_seen: Mutex::new(tokio::time::Instant::now()),
                 view,
                 auth,
+                admission,
             }),
         };
         let weak = Arc::downgrade(&node.inner);
@@ -907,6 +914,11 @@ impl Node {
     /// Who may call this node.
     pub fn auth(&self) -> &crate::auth::Auth {
         &self.inner.auth
+    }
+
+    /// The slots for ordinary requests (see [`crate::admission`]).
+    pub(crate) fn admission(&self) -> &crate::admission::Admission {
+        &self.inner.admission
     }
 
     /// Now, in epoch ms.

@@ -63,20 +63,23 @@ impl<K: Topic> Hub<K> {
 
     /// Installs a subscription, held back from pushes until
     /// [`Subscriber::release`]: the caller renders the first view after
-    /// this returns, then releases.
+    /// this returns, then releases. A subscriber that holds `max`
+    /// subscriptions gets no new one: the error is how many it holds.
     pub(crate) fn subscribe(
         &self,
         subscriber: &Arc<Subscriber<K>>,
         key: &K,
         clusters_raw: &str,
         clusters: Vec<ClusterName>,
-    ) {
+        max: usize,
+    ) -> Result<(), Full> {
         let mut services = lock(&self.services);
+        subscriber.install(key, clusters_raw, clusters, max)?;
         services
             .entry(key.clone())
             .or_default()
             .insert(subscriber.id, subscriber.clone());
-        subscriber.install(key, clusters_raw, clusters);
+        Ok(())
     }
 
     /// Removes a subscriber's subscriptions to `key`.
@@ -110,6 +113,15 @@ impl<K: Topic> Hub<K> {
     pub(crate) fn len(&self) -> usize {
         lock(&self.services).values().map(HashMap::len).sum()
     }
+}
+
+/// A subscriber already holds the most subscriptions allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Full {
+    /// How many it holds.
+    pub(crate) held: usize,
+    /// The limit.
+    pub(crate) max: usize,
 }
 
 /// One subscription: a service seen through one cluster filter.
@@ -183,8 +195,24 @@ impl<K: Topic> Subscriber<K> {
         &self.wake
     }
 
-    fn install(&self, key: &K, clusters_raw: &str, clusters: Vec<ClusterName>) {
+    fn install(
+        &self,
+        key: &K,
+        clusters_raw: &str,
+        clusters: Vec<ClusterName>,
+        max: usize,
+    ) -> Result<(), Full> {
         let mut state = lock(&self.state);
+        let exists = state
+            .subs
+            .get(key)
+            .is_some_and(|subs| subs.contains_key(clusters_raw));
+        if !exists {
+            let held = state.subs.values().map(BTreeMap::len).sum::<usize>();
+            if held >= max {
+                return Err(Full { held, max });
+            }
+        }
         let subs = state.subs.entry(key.clone()).or_default();
         let sub = subs.entry(clusters_raw.to_owned()).or_insert_with(|| Sub {
             clusters: Vec::new(),
@@ -197,6 +225,7 @@ impl<K: Topic> Subscriber<K> {
         });
         sub.clusters = clusters;
         sub.held = true;
+        Ok(())
     }
 
     fn mark_dirty(&self, key: &K) {
@@ -383,7 +412,8 @@ mod tests {
     fn a_change_after_subscribing_is_pushed_once_released() {
         let hub: Hub<ServiceKey> = Hub::default();
         let sub = Arc::new(Subscriber::new(1));
-        hub.subscribe(&sub, &key("a"), "", vec![]);
+        hub.subscribe(&sub, &key("a"), "", vec![], usize::MAX)
+            .unwrap();
         hub.changed(&change("a"));
         assert!(
             due(&sub, 10).is_empty(),
@@ -400,7 +430,8 @@ mod tests {
     fn changes_during_an_unacknowledged_push_merge_into_the_next() {
         let hub: Hub<ServiceKey> = Hub::default();
         let sub = Arc::new(Subscriber::new(1));
-        hub.subscribe(&sub, &key("a"), "", vec![]);
+        hub.subscribe(&sub, &key("a"), "", vec![], usize::MAX)
+            .unwrap();
         sub.release(&key("a"), "");
         hub.changed(&change("a"));
         let first = due(&sub, 100);
@@ -422,7 +453,8 @@ mod tests {
     fn lost_and_failed_pushes_are_retried() {
         let hub: Hub<ServiceKey> = Hub::default();
         let sub = Arc::new(Subscriber::new(1));
-        hub.subscribe(&sub, &key("a"), "", vec![]);
+        hub.subscribe(&sub, &key("a"), "", vec![], usize::MAX)
+            .unwrap();
         sub.release(&key("a"), "");
         hub.changed(&change("a"));
         let first = due_retries(&sub, 0);
@@ -453,10 +485,28 @@ mod tests {
     fn removing_a_subscriber_drops_all_its_subscriptions() {
         let hub: Hub<ServiceKey> = Hub::default();
         let sub = Arc::new(Subscriber::new(1));
-        hub.subscribe(&sub, &key("a"), "", vec![]);
-        hub.subscribe(&sub, &key("b"), "c1", vec![]);
+        hub.subscribe(&sub, &key("a"), "", vec![], usize::MAX)
+            .unwrap();
+        hub.subscribe(&sub, &key("b"), "c1", vec![], usize::MAX)
+            .unwrap();
         assert_eq!(hub.len(), 2);
         hub.remove(&sub);
         assert_eq!(hub.len(), 0);
+    }
+
+    #[test]
+    fn a_full_subscriber_gets_no_new_subscription_but_may_renew_its_own() {
+        let hub: Hub<ServiceKey> = Hub::default();
+        let sub = Arc::new(Subscriber::new(1));
+        hub.subscribe(&sub, &key("a"), "", vec![], 2).unwrap();
+        hub.subscribe(&sub, &key("a"), "c1", vec![], 2).unwrap();
+        assert_eq!(
+            hub.subscribe(&sub, &key("b"), "", vec![], 2),
+            Err(Full { held: 2, max: 2 })
+        );
+        assert_eq!(hub.len(), 1, "the refused topic is not in the hub");
+        hub.subscribe(&sub, &key("a"), "c1", vec![], 2).unwrap();
+        hub.unsubscribe(&sub, &key("a"));
+        hub.subscribe(&sub, &key("b"), "", vec![], 2).unwrap();
     }
 }

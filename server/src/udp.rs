@@ -119,12 +119,20 @@ impl UdpPush {
         };
         client.last_listed.fetch_max(now, Ordering::Relaxed);
         let hub = node.state().hub();
-        hub.subscribe(
+        let max = node.config().grpc.max_subscriptions_per_connection;
+        let subscribed = hub.subscribe(
             &client.subscriber,
             key,
             view.clusters_raw,
             view.clusters.to_vec(),
+            max,
         );
+        if subscribed.is_err() {
+            // The list is answered; this service is just not pushed to it.
+            metrics::counter!("understudy_subscriptions_refused_total", "via" => "udp")
+                .increment(1);
+            return render(node, key, view, now);
+        }
         let info = client
             .subscriber
             .render_now(key, view.clusters_raw, now, |target| {

@@ -8,7 +8,7 @@ use understudy_proto::grpc::Payload;
 use understudy_proto::nacos_rpc::{
     seal, ConfigBatchListenRequest, ConfigChangedBody, ConfigContext, ConfigPublishRequest,
     ConfigQueryBody, ConfigQueryRequest, Empty, Envelope, Response, CONFIG_NOT_FOUND,
-    INVALID_PARAM, SERVER_ERROR,
+    INVALID_PARAM, OVER_THRESHOLD, SERVER_ERROR,
 };
 use understudy_proto::DecodeError;
 
@@ -53,6 +53,7 @@ pub(crate) fn query(node: &Node, envelope: &Envelope) -> Result<Payload, Failure
 fn own_failure(kind: &str, error: ProposeError) -> Payload {
     let code = match &error {
         ProposeError::Rejected(CoreError::CasMismatch { .. }) => SERVER_ERROR,
+        ProposeError::Rejected(CoreError::OverLimit { .. }) | ProposeError::Busy => OVER_THRESHOLD,
         ProposeError::Rejected(_) => INVALID_PARAM,
         _ => SERVER_ERROR,
     };
@@ -135,7 +136,16 @@ pub(crate) fn batch_listen(
         }
         // Listen first, then compare: a change in between is either seen
         // here or pushed.
-        hub.subscribe(&conn.listener, &key, &tenant, Vec::new());
+        let max = node.config().grpc.max_subscriptions_per_connection;
+        hub.subscribe(&conn.listener, &key, &tenant, Vec::new(), max)
+            .map_err(|full| {
+                metrics::counter!("understudy_subscriptions_refused_total", "via" => "config")
+                    .increment(1);
+                Failure::over_limit(format!(
+                    "this connection listens to {} configs, so {}@@{} cannot be added: over the limit of {} (max_subscriptions_per_connection)",
+                    full.held, key.group, key.data_id, full.max
+                ))
+            })?;
         conn.listener.render_now(&key, &tenant, node.now(), |_| ());
         conn.listener.release(&key, &tenant);
         if node.registry().config_md5(&key) != context.md5.as_deref().unwrap_or("") {

@@ -5,11 +5,12 @@
 //! so the accepted socket carries the [`Conn`] to every request.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
@@ -44,6 +45,13 @@ pub(crate) struct Conn {
     /// Cancelled when the connection is closed, for whatever reason.
     pub(crate) closed: CancellationToken,
     server_requests: AtomicU64,
+    /// The client's address.
+    pub(crate) ip: IpAddr,
+    /// Set when the connection was over a connection limit: every request
+    /// on it is answered with this, and the socket is closed soon after.
+    pub(crate) refused: Option<String>,
+    /// Native watches open on it.
+    watches: AtomicUsize,
     /// Marks the id as held by this process while the connection lives.
     _held: crate::node::Held,
 }
@@ -81,11 +89,25 @@ impl Conn {
         self.control.try_send(Box::new(payload)).is_ok()
     }
 
-    /// Queues a push, waiting for room (the push queue is bounded).
-    pub(crate) async fn send_push(&self, payload: Payload) -> bool {
+    /// Queues a push, waiting up to `patience` for room (the push queue
+    /// is bounded). A client that leaves a full queue unread that long is
+    /// not reading its stream: its connection is closed, which removes
+    /// what it registered, as a lost client's would be.
+    pub(crate) async fn send_push(&self, payload: Payload, patience: Duration) -> bool {
         tokio::select! {
             sent = self.pushes.send(Box::new(payload)) => sent.is_ok(),
             () = self.closed.cancelled() => false,
+            () = tokio::time::sleep(patience) => {
+                metrics::counter!("understudy_connections_closed_total", "why" => "pushes_unread")
+                    .increment(1);
+                tracing::warn!(
+                    connection = %self.id,
+                    queued = self.pushes.max_capacity(),
+                    "pushes left unread in a full queue: connection closed"
+                );
+                self.closed.cancel();
+                false
+            }
         }
     }
 
@@ -97,6 +119,20 @@ impl Conn {
             .take()
     }
 
+    /// Counts a new native watch, unless the connection has `max` open:
+    /// then the error is how many it has.
+    pub(crate) fn open_watch(self: &Arc<Self>, max: usize) -> Result<WatchSlot, usize> {
+        let opened = self
+            .watches
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
+                (open < max).then_some(open + 1)
+            });
+        match opened {
+            Ok(_) => Ok(WatchSlot(self.clone())),
+            Err(open) => Err(open),
+        }
+    }
+
     /// Records the answer to a detection probe; `true` if it was one.
     pub(crate) fn detection_answered(&self, request_id: &str) -> bool {
         let mut pending = self.detection.lock().unwrap_or_else(|p| p.into_inner());
@@ -105,6 +141,16 @@ impl Conn {
             return true;
         }
         false
+    }
+}
+
+/// One open native watch of a connection; dropping it frees the slot.
+#[derive(Debug)]
+pub(crate) struct WatchSlot(Arc<Conn>);
+
+impl Drop for WatchSlot {
+    fn drop(&mut self) {
+        self.0.watches.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -137,11 +183,20 @@ impl tokio_stream::Stream for Outbound {
 
 use std::future::Future;
 
+/// How long a refused connection stays open for its client to read why.
+const REFUSED_LINGER: Duration = Duration::from_secs(2);
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Every open connection.
 #[derive(Debug)]
 pub(crate) struct Conns {
     node: Node,
     open: Mutex<HashMap<u64, Arc<Conn>>>,
+    /// Open connections by client IP.
+    per_ip: Mutex<HashMap<IpAddr, usize>>,
     next: AtomicU64,
     /// Connections whose socket was dropped, for the cleanup task.
     dropped: mpsc::UnboundedSender<u64>,
@@ -154,6 +209,7 @@ impl Conns {
         let conns = Arc::new(Self {
             node,
             open: Mutex::default(),
+            per_ip: Mutex::default(),
             next: AtomicU64::new(1),
             dropped,
             shutting_down: AtomicBool::new(false),
@@ -162,12 +218,38 @@ impl Conns {
     }
 
     fn open_map(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Conn>>> {
-        self.open.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.open)
     }
 
-    /// Registers an accepted socket.
+    /// Admits a connection from `ip`, or says which limit it is over.
+    fn admit(&self, ip: IpAddr) -> Result<(), String> {
+        let grpc = self.node.config().grpc;
+        let mut per_ip = lock(&self.per_ip);
+        let open = self.open_map().len();
+        if open >= grpc.max_connections {
+            return Err(format!(
+                "node {} has {open} connections: over the limit of {} (max_connections); retry later or use another server",
+                self.node.config().node_id,
+                grpc.max_connections
+            ));
+        }
+        let from_ip = per_ip.entry(ip).or_default();
+        if *from_ip >= grpc.max_connections_per_ip {
+            return Err(format!(
+                "{ip} has {from_ip} connections: over the limit of {} (max_connections_per_ip)",
+                grpc.max_connections_per_ip
+            ));
+        }
+        *from_ip += 1;
+        Ok(())
+    }
+
+    /// Registers an accepted socket. One over a connection limit is
+    /// accepted too, so its client reads why in the answer to its first
+    /// request; it is closed a moment later.
     pub(crate) fn accept(self: &Arc<Self>, stream: TcpStream, remote: SocketAddr) -> TrackedIo {
         let seq = self.next.fetch_add(1, Ordering::Relaxed);
+        let refused = self.admit(remote.ip()).err();
         let now = self.node.now();
         let queue = self.node.config().grpc.push_queue;
         let (control, control_rx) = mpsc::channel(16);
@@ -192,9 +274,28 @@ impl Conns {
             detection: Mutex::new(None),
             closed,
             server_requests: AtomicU64::new(1),
+            ip: remote.ip(),
+            refused,
+            watches: AtomicUsize::new(0),
         });
-        self.open_map().insert(seq, conn.clone());
-        metrics::gauge!("understudy_grpc_connections").increment(1.0);
+        if let Some(reason) = &conn.refused {
+            let limit = if reason.contains("max_connections_per_ip") {
+                "max_connections_per_ip"
+            } else {
+                "max_connections"
+            };
+            metrics::counter!("understudy_connections_refused_total", "limit" => limit)
+                .increment(1);
+            tracing::debug!(connection = %conn.id, reason, "connection refused");
+            let closed = conn.closed.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(REFUSED_LINGER).await;
+                closed.cancel();
+            });
+        } else {
+            self.open_map().insert(seq, conn.clone());
+            metrics::gauge!("understudy_grpc_connections").increment(1.0);
+        }
         TrackedIo {
             io: stream,
             killed: Box::pin(conn.closed.clone().cancelled_owned()),
@@ -226,6 +327,15 @@ impl Conns {
     fn end(&self, seq: u64, why: &'static str) -> Option<Arc<Conn>> {
         let conn = self.open_map().remove(&seq)?;
         metrics::gauge!("understudy_grpc_connections").decrement(1.0);
+        {
+            let mut per_ip = lock(&self.per_ip);
+            if let Some(from_ip) = per_ip.get_mut(&conn.ip) {
+                *from_ip -= 1;
+                if *from_ip == 0 {
+                    per_ip.remove(&conn.ip);
+                }
+            }
+        }
         tracing::debug!(connection = %conn.id, why, "connection closed");
         conn.closed.cancel();
         self.node.state().hub().remove(&conn.subscriber);
@@ -378,6 +488,9 @@ impl AsyncRead for TrackedIo {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
+        if self.killed(cx) {
+            return Poll::Ready(Err(std::io::ErrorKind::ConnectionAborted.into()));
+        }
         Pin::new(&mut self.io).poll_read(cx, buf)
     }
 }

@@ -23,7 +23,7 @@ use understudy_proto::grpc::Payload;
 use understudy_proto::nacos::{NameStyle, ServiceInfoRef};
 use understudy_proto::nacos_rpc::{
     error_response, seal, ClientAck, ConfigContext, ConnectionSetup, Envelope, NotifySubscriber,
-    ServerRequest, SetupAck, SERVER_ERROR,
+    ServerRequest, SetupAck, OVER_THRESHOLD, SERVER_ERROR,
 };
 
 use self::conn::{Conn, ConnInfo, Conns, Outbound};
@@ -147,7 +147,7 @@ pub(crate) async fn serve(
         .await
 }
 
-fn connection(extensions: &tonic::Extensions) -> Option<Arc<Conn>> {
+pub(crate) fn connection(extensions: &tonic::Extensions) -> Option<Arc<Conn>> {
     extensions.get::<ConnInfo>().map(|info| info.0.clone())
 }
 
@@ -167,6 +167,9 @@ impl Request for Unary {
                 "no connection for this request",
             )));
         };
+        if let Some(reason) = &conn.refused {
+            return Ok(tonic::Response::new(error_response(OVER_THRESHOLD, reason)));
+        }
         let envelope = Envelope::open(request.into_inner());
         Ok(tonic::Response::new(
             naming::dispatch(&self.node, &conn, envelope).await,
@@ -190,6 +193,9 @@ impl BiRequestStream for Bi {
     ) -> Result<tonic::Response<Outbound>, tonic::Status> {
         let conn = connection(request.extensions())
             .ok_or_else(|| tonic::Status::internal("no connection"))?;
+        if let Some(reason) = &conn.refused {
+            return Err(tonic::Status::resource_exhausted(reason));
+        }
         let outbound = conn.take_outbound().ok_or_else(|| {
             tonic::Status::already_exists("this connection already has its stream")
         })?;
@@ -331,7 +337,10 @@ async fn push(node: Node, conn: Arc<Conn>) {
             if !node.push_passes_faults().await {
                 continue;
             }
-            if !conn.send_push(payload).await {
+            if !conn
+                .send_push(payload, Duration::from_millis(grpc.push_timeout))
+                .await
+            {
                 return;
             }
             metrics::counter!("understudy_pushes_sent_total").increment(1);

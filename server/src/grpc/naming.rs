@@ -39,8 +39,9 @@ impl From<DecodeError> for Failure {
 impl From<ProposeError> for Failure {
     fn from(e: ProposeError) -> Self {
         let code = match &e {
+            ProposeError::Rejected(understudy_core::Error::OverLimit { .. })
+            | ProposeError::Busy => OVER_THRESHOLD,
             ProposeError::Rejected(_) => INVALID_PARAM,
-            ProposeError::Busy => OVER_THRESHOLD,
             ProposeError::ShuttingDown | ProposeError::Unavailable { .. } => SERVER_ERROR,
         };
         Self {
@@ -51,6 +52,14 @@ impl From<ProposeError> for Failure {
 }
 
 impl Failure {
+    /// A configured limit was hit.
+    pub(crate) fn over_limit(message: impl Into<String>) -> Self {
+        Self {
+            code: OVER_THRESHOLD,
+            message: message.into(),
+        }
+    }
+
     fn invalid(message: impl Into<String>) -> Self {
         Self {
             code: INVALID_PARAM,
@@ -96,6 +105,18 @@ pub(crate) async fn dispatch(node: &Node, conn: &Arc<Conn>, envelope: Envelope) 
             return error_response_as(response_kind(&kind), NO_RIGHT, denied.to_string());
         }
     }
+    let _slot = if takes_a_slot(&envelope) {
+        match node.admission().enter("grpc").await {
+            Ok(slot) => Some(slot),
+            Err(busy) => {
+                metrics::counter!("understudy_grpc_requests_total", "type" => known_type(&kind), "outcome" => "busy")
+                    .increment(1);
+                return error_response(OVER_THRESHOLD, busy.to_string());
+            }
+        }
+    } else {
+        None
+    };
     let started = std::time::Instant::now();
     let result = match kind.as_str() {
         "HealthCheckRequest" => Ok(seal("HealthCheckResponse", &Response::ok(Empty {}))),
@@ -123,6 +144,24 @@ pub(crate) async fn dispatch(node: &Node, conn: &Arc<Conn>, envelope: Envelope) 
     metrics::histogram!("understudy_grpc_request_seconds", "type" => kind)
         .record(started.elapsed().as_secs_f64());
     result.unwrap_or_else(Failure::into_payload)
+}
+
+/// Whether a request takes a slot (see [`crate::admission`]): all do but
+/// the connection's health check and deregistrations, which keep the
+/// registry true under load.
+fn takes_a_slot(envelope: &Envelope) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Kind {
+        #[serde(rename = "type")]
+        kind: Option<String>,
+    }
+    match envelope.kind.as_str() {
+        "HealthCheckRequest" => false,
+        "InstanceRequest" => !envelope
+            .decode::<Kind>()
+            .is_ok_and(|body| body.kind.as_deref() == Some("deregisterInstance")),
+        _ => true,
+    }
 }
 
 /// Checks the `accessToken` header (in the payload's metadata, or in the
@@ -316,7 +355,18 @@ fn subscribe(node: &Node, conn: &Conn, envelope: &Envelope) -> Result<Payload, F
     let (hosts, ref_time) = if request.subscribe.unwrap_or(false) {
         // Subscribe first, then render: a change racing with this request
         // is either in the answer or marks the subscription for a push.
-        hub.subscribe(subscriber, &key, &clusters_raw, clusters.clone());
+        let max = node.config().grpc.max_subscriptions_per_connection;
+        hub.subscribe(subscriber, &key, &clusters_raw, clusters.clone(), max)
+            .map_err(|full| {
+                metrics::counter!("understudy_subscriptions_refused_total", "via" => "grpc")
+                    .increment(1);
+                Failure::over_limit(format!(
+                    "this connection holds {} subscriptions, so {} cannot be added: over the limit of {} (max_subscriptions_per_connection)",
+                    full.held,
+                    key.grouped_name(),
+                    full.max
+                ))
+            })?;
         let rendered = subscriber
             .render_now(&key, &clusters_raw, node.now(), |target| {
                 (push_hosts(node, &target), target.ref_time)

@@ -394,6 +394,7 @@ impl RegistryApi for NativeApi {
     ) -> Result<tonic::Response<WatchStream>, tonic::Status> {
         observed("Watch", async {
             self.authorize(&request)?;
+            let _slot = self.enter().await?;
             self.open_watch(request).await
         })
         .await
@@ -405,6 +406,7 @@ impl RegistryApi for NativeApi {
     ) -> Result<tonic::Response<ListNamespacesResponse>, tonic::Status> {
         observed("ListNamespaces", async {
             self.authorize(&request)?;
+            let _slot = self.enter().await?;
             self.namespaces(request).await
         })
         .await
@@ -416,6 +418,7 @@ impl RegistryApi for NativeApi {
     ) -> Result<tonic::Response<native::ListGroupsResponse>, tonic::Status> {
         observed("ListGroups", async {
             self.authorize(&request)?;
+            let _slot = self.enter().await?;
             self.groups(request).await
         })
         .await
@@ -427,6 +430,7 @@ impl RegistryApi for NativeApi {
     ) -> Result<tonic::Response<ListServicesResponse>, tonic::Status> {
         observed("ListServices", async {
             self.authorize(&request)?;
+            let _slot = self.enter().await?;
             self.services(request).await
         })
         .await
@@ -438,6 +442,7 @@ impl RegistryApi for NativeApi {
     ) -> Result<tonic::Response<GetServiceResponse>, tonic::Status> {
         observed("GetService", async {
             self.authorize(&request)?;
+            let _slot = self.enter().await?;
             self.service(request).await
         })
         .await
@@ -456,6 +461,12 @@ impl NativeApi {
     /// metadata (or `accesstoken: TOKEN`, as Nacos clients name it).
     #[allow(clippy::result_large_err)] // tonic's error type
     fn authorize<T>(&self, request: &tonic::Request<T>) -> Result<(), tonic::Status> {
+        if let Some(reason) = super::connection(request.extensions())
+            .as_deref()
+            .and_then(|conn| conn.refused.as_deref())
+        {
+            return Err(tonic::Status::resource_exhausted(reason));
+        }
         let metadata = request.metadata();
         let bearer = metadata
             .get("authorization")
@@ -466,6 +477,15 @@ impl NativeApi {
             .auth()
             .check(token, false, self.node.now())
             .map_err(|denied| tonic::Status::unauthenticated(denied.to_string()))
+    }
+
+    /// A request slot, or `UNAVAILABLE` when the node is busy.
+    async fn enter(&self) -> Result<crate::admission::Slot, tonic::Status> {
+        self.node
+            .admission()
+            .enter("native")
+            .await
+            .map_err(|busy| tonic::Status::unavailable(busy.to_string()))
     }
 
     async fn log_in(
@@ -507,6 +527,15 @@ impl NativeApi {
         &self,
         request: tonic::Request<WatchRequest>,
     ) -> Result<tonic::Response<WatchStream>, tonic::Status> {
+        let max = self.node.config().grpc.max_watches_per_connection;
+        let slot = match super::connection(request.extensions()) {
+            Some(conn) => Some(conn.open_watch(max).map_err(|open| {
+                tonic::Status::resource_exhausted(format!(
+                    "this connection has {open} watches open: over the limit of {max} (max_watches_per_connection)"
+                ))
+            })?),
+            None => None,
+        };
         let request = request.into_inner();
         let scope = Scope::parse(&request)?;
         let node = self.node.clone();
@@ -583,6 +612,7 @@ impl NativeApi {
                 }
             };
             let _: Result<(), ()> = forward.await;
+            drop(slot);
             metrics::gauge!("understudy_watches").decrement(1.0);
         });
         Ok(tonic::Response::new(ReceiverStream::new(rx)))
@@ -778,6 +808,9 @@ async fn session_request(
             field,
             reason,
         })) => session_error(id, field, format!("invalid {field}: {reason}")),
+        Err(crate::node::ProposeError::Rejected(
+            e @ understudy_core::Error::OverLimit { setting, .. },
+        )) => session_error(id, setting, e.to_string()),
         Err(e) => session_error(id, "", e.to_string()),
     })
 }

@@ -210,6 +210,13 @@ impl From<CoreError> for ApiError {
                 None,
                 message.clone(),
             ),
+            // A quota, as gRPC's RESOURCE_EXHAUSTED maps to HTTP.
+            CoreError::OverLimit { setting, .. } => Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                ErrorCode::ParameterValidateError,
+                Some(Cow::Borrowed(setting)),
+                message.clone(),
+            ),
             CoreError::NamespaceNotEmpty { .. } | CoreError::HistoryCompacted { .. } => {
                 bad(ErrorCode::ParameterValidateError)
             }

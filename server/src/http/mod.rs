@@ -48,6 +48,7 @@ impl FromRef<AppState> for Node {
 pub fn router(node: Node) -> Router {
     let max_body = node.config().max_body_bytes;
     let node_for_guard = node.clone();
+    let node_for_shed = node.clone();
     let state = AppState {
         node,
         metrics: crate::metrics::handle(),
@@ -187,6 +188,7 @@ pub fn router(node: Node) -> Router {
         .route("/nacos/actuator/prometheus", get(ops::metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(node_for_shed, shed))
         .layer(middleware::from_fn_with_state(node_for_guard, guard::guard))
         .layer(middleware::from_fn(record))
         .layer(DefaultBodyLimit::max(max_body))
@@ -211,6 +213,53 @@ async fn method_not_allowed(request: Request) -> Response {
         ),
     )
         .into_response()
+}
+
+/// Gives an ordinary request a slot or answers busy (see
+/// [`crate::admission`]), with `Retry-After` as HTTP asks of a 503.
+async fn shed(
+    axum::extract::State(node): axum::extract::State<Node>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if !takes_a_slot(request.method(), request.uri().path()) {
+        return next.run(request).await;
+    }
+    match node.admission().enter("http").await {
+        Ok(_slot) => next.run(request).await,
+        Err(busy) => {
+            let error = error::ApiError::unavailable(busy.to_string());
+            let mut response = if request.uri().path().starts_with("/nacos/v2/") {
+                error.v2()
+            } else {
+                error.v1()
+            };
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("1"),
+            );
+            response
+        }
+    }
+}
+
+/// Whether a request takes a slot: the naming and config APIs do, but
+/// for heartbeats and deregistrations (which keep the registry true under
+/// load) and the config long poll (which is held open by design).
+fn takes_a_slot(method: &axum::http::Method, path: &str) -> bool {
+    let api = [
+        "/nacos/v1/ns/",
+        "/nacos/v2/ns/",
+        "/nacos/v1/cs/",
+        "/nacos/v2/cs/",
+    ]
+    .iter()
+    .any(|prefix| path.starts_with(prefix));
+    let path = path.trim_end_matches('/');
+    let beat = path.ends_with("/instance/beat");
+    let deregister = method == axum::http::Method::DELETE && path.ends_with("/instance");
+    let long_poll = path.ends_with("/configs/listener");
+    api && !beat && !deregister && !long_poll
 }
 
 /// Counts requests and times them per route.
@@ -253,5 +302,38 @@ fn status_label(status: StatusCode) -> std::borrow::Cow<'static, str> {
         500 => "500".into(),
         503 => "503".into(),
         other => other.to_string().into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::takes_a_slot;
+    use axum::http::Method;
+
+    #[test]
+    fn beats_deregistrations_probes_and_long_polls_take_no_slot() {
+        let ordinary = [
+            (Method::POST, "/nacos/v1/ns/instance"),
+            (Method::GET, "/nacos/v1/ns/instance/list"),
+            (Method::POST, "/nacos/v2/ns/instance"),
+            (Method::POST, "/nacos/v1/cs/configs"),
+            (Method::GET, "/nacos/v2/cs/config"),
+        ];
+        for (method, path) in ordinary {
+            assert!(takes_a_slot(&method, path), "{method} {path}");
+        }
+        let priority = [
+            (Method::PUT, "/nacos/v1/ns/instance/beat"),
+            (Method::PUT, "/nacos/v2/ns/instance/beat"),
+            (Method::DELETE, "/nacos/v1/ns/instance"),
+            (Method::DELETE, "/nacos/v2/ns/instance/"),
+            (Method::POST, "/nacos/v1/cs/configs/listener"),
+            (Method::GET, "/nacos/v1/console/health/readiness"),
+            (Method::GET, "/metrics"),
+            (Method::GET, "/nacos/v1/core/cluster/nodes"),
+        ];
+        for (method, path) in priority {
+            assert!(!takes_a_slot(&method, path), "{method} {path}");
+        }
     }
 }
