@@ -50,6 +50,17 @@ pub(crate) fn render(node: &crate::Node, handle: &PrometheusHandle) -> String {
     gauge.family("understudy_node_info", "This node's id and datacenter.");
     let labels = [("node", id.as_str()), ("dc", node.config().dc.as_str())];
     gauge.sample("understudy_node_info", &labels, 1.0);
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        gauge.family(
+            "understudy_tasks_alive",
+            "Tasks alive in the node's runtime (a leak shows as growth).",
+        );
+        gauge.sample(
+            "understudy_tasks_alive",
+            &[],
+            runtime.metrics().num_alive_tasks() as f64,
+        );
+    }
     gauge.family(
         "understudy_requests_in_progress",
         "Ordinary requests holding a slot (at most max_concurrent_requests).",

@@ -21,6 +21,8 @@ pub(crate) struct Proc {
     pub(crate) http: u16,
     /// The process, until it is killed.
     pub(crate) child: Option<Child>,
+    /// Its command line, to start it again.
+    args: Vec<String>,
 }
 
 impl Proc {
@@ -34,6 +36,19 @@ impl Proc {
 }
 
 impl Proc {
+    /// Starts the process again after a kill, with the same command line.
+    #[allow(dead_code)] // not every test binary restarts a node
+    pub(crate) fn restart(&mut self) {
+        assert!(self.child.is_none(), "node {} is still running", self.id);
+        self.child = Some(spawn(&self.args));
+    }
+
+    /// The process id, while it runs.
+    #[allow(dead_code)] // not every test binary reads a node's memory
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// SIGTERMs the process and waits (up to `within`) for it to exit;
     /// returns its exit status.
     #[allow(dead_code)] // not every test binary stops a node gracefully
@@ -101,9 +116,27 @@ impl Picker {
     }
 }
 
+/// Runs the `understudy` binary with `args`, without any `UNDERSTUDY_*`
+/// settings of the test's own environment.
+fn spawn(args: &[String]) -> Child {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_understudy"));
+    for (key, _) in std::env::vars() {
+        if key.starts_with("UNDERSTUDY_") {
+            command.env_remove(key);
+        }
+    }
+    command
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the understudy binary starts")
+}
+
 /// Starts one node per entry of `dcs` (ids 1, 2, ...) as one cluster,
 /// each labelled with its DC and knowing its peers' DCs, with short raft
-/// timings and `extra` arguments for every node.
+/// timings and `extra` arguments for every node (`{id}` in one becomes
+/// the node's id).
 pub(crate) fn start(dcs: &[&str], extra: &[&str]) -> Vec<Proc> {
     let n = dcs.len() as u64;
     let mut picker = Picker(BTreeSet::new());
@@ -116,13 +149,7 @@ pub(crate) fn start(dcs: &[&str], extra: &[&str]) -> Vec<Proc> {
     (1..=n)
         .map(|id| {
             let (http, grpc, raft) = layout[(id - 1) as usize];
-            let mut command = Command::new(env!("CARGO_BIN_EXE_understudy"));
-            for (key, _) in std::env::vars() {
-                if key.starts_with("UNDERSTUDY_") {
-                    command.env_remove(key);
-                }
-            }
-            command.args([
+            let mut args: Vec<String> = [
                 "--dc",
                 dcs[(id - 1) as usize],
                 "--node-id",
@@ -142,27 +169,24 @@ pub(crate) fn start(dcs: &[&str], extra: &[&str]) -> Vec<Proc> {
                 "--log",
                 // Peers refusing connections after a kill are expected.
                 "error,openraft=off",
-            ]);
-            command.args(extra);
+            ]
+            .iter()
+            .map(|a| (*a).to_owned())
+            .collect();
+            args.extend(extra.iter().map(|a| a.replace("{id}", &id.to_string())));
             for peer in (1..=n).filter(|p| *p != id) {
-                command.args([
-                    "--peer",
-                    &format!(
-                        "{peer}=127.0.0.1:{}@{}",
-                        layout[(peer - 1) as usize].2,
-                        dcs[(peer - 1) as usize]
-                    ),
-                ]);
+                args.push("--peer".to_owned());
+                args.push(format!(
+                    "{peer}=127.0.0.1:{}@{}",
+                    layout[(peer - 1) as usize].2,
+                    dcs[(peer - 1) as usize]
+                ));
             }
-            let child = command
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .expect("the understudy binary starts");
             Proc {
                 id,
                 http,
-                child: Some(child),
+                child: Some(spawn(&args)),
+                args,
             }
         })
         .collect()
