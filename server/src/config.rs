@@ -170,10 +170,10 @@ pub struct Settings {
     /// Most services in one namespace [default: 50000].
     #[arg(long, env = "UNDERSTUDY_MAX_SERVICES_PER_NAMESPACE")]
     pub max_services_per_namespace: Option<usize>,
-    /// Most open gRPC connections on this node [default: 20000].
+    /// Most open connections on each client port (HTTP, gRPC) [default: 20000].
     #[arg(long, env = "UNDERSTUDY_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
-    /// Most open gRPC connections from one client IP [default: 5000].
+    /// Most open connections on each client port from one client IP [default: 5000].
     #[arg(long, env = "UNDERSTUDY_MAX_CONNECTIONS_PER_IP")]
     pub max_connections_per_ip: Option<usize>,
     /// Most service subscriptions (and, apart, config listeners) per gRPC connection [default: 10000].
@@ -773,9 +773,9 @@ pub struct GrpcConfig {
     pub detection_timeout: u64,
     /// Largest message.
     pub max_message_bytes: usize,
-    /// Most open connections on the node.
+    /// Most open connections on each client port (HTTP and gRPC).
     pub max_connections: usize,
-    /// Most open connections from one client IP.
+    /// Most open connections on each client port from one client IP.
     pub max_connections_per_ip: usize,
     /// Most service subscriptions, and apart config listeners, per connection.
     pub max_subscriptions_per_connection: usize,

@@ -158,17 +158,25 @@ pub async fn serve(
     ));
     let stop_http = cancel.child_token();
     let stopped = stop_http.clone().cancelled_owned();
+    let limits = admission::Connections::new(
+        "HTTP",
+        node.config().grpc.max_connections,
+        node.config().grpc.max_connections_per_ip,
+    );
+    let app = router(node.clone())
+        .layer(axum::middleware::map_request(
+            admission::peer_as_socket_addr,
+        ))
+        .into_make_service_with_connect_info::<admission::Peer>();
     let http = match &node.config().tls {
         None => {
-            let app = router(node.clone()).into_make_service_with_connect_info::<SocketAddr>();
-            let server = axum::serve(listeners.http, app).with_graceful_shutdown(stopped);
+            let listener = admission::Limited::new(listeners.http, limits);
+            let server = axum::serve(listener, app).with_graceful_shutdown(stopped);
             tokio::spawn(async move { server.await })
         }
         Some(tls) => {
             let listener = tls::TlsListener::new(listeners.http, tls::http_config(tls)?)?;
-            let app = router(node.clone())
-                .layer(axum::middleware::map_request(tls::peer_as_socket_addr))
-                .into_make_service_with_connect_info::<tls::TlsPeer>();
+            let listener = admission::Limited::new(listener, limits);
             let server = axum::serve(listener, app).with_graceful_shutdown(stopped);
             tokio::spawn(async move { server.await })
         }

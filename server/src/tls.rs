@@ -140,29 +140,3 @@ impl axum::serve::Listener for TlsListener {
         Ok(self.local)
     }
 }
-
-/// A TLS client's address, as axum's connection info: handlers read
-/// `ConnectInfo<SocketAddr>`, which [`peer_as_socket_addr`] puts in place.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct TlsPeer(SocketAddr);
-
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TlsListener>>
-    for TlsPeer
-{
-    fn connect_info(stream: axum::serve::IncomingStream<'_, TlsListener>) -> Self {
-        TlsPeer(*stream.remote_addr())
-    }
-}
-
-/// Gives a request over TLS the `ConnectInfo<SocketAddr>` plain HTTP has.
-pub(crate) async fn peer_as_socket_addr(
-    mut request: axum::extract::Request,
-) -> axum::extract::Request {
-    use axum::extract::ConnectInfo;
-    if let Some(ConnectInfo(TlsPeer(addr))) =
-        request.extensions().get::<ConnectInfo<TlsPeer>>().copied()
-    {
-        request.extensions_mut().insert(ConnectInfo(addr));
-    }
-    request
-}

@@ -62,6 +62,18 @@ async fn connect_when_room(server: &Server) -> RawClient {
 /// The server still does its job: a registration is listed, and a new
 /// gRPC client connects and queries.
 async fn assert_healthy(server: &Server) {
+    // Connections just closed by the test free their places a moment later.
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            http()
+                .get(server.url("/nacos/v1/console/health/readiness"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+        })
+        .await,
+        "the HTTP port answers"
+    );
     let (status, body) = register_http(server, "health-probe", "10.9.9.9", 9).await;
     assert_eq!(status, 200, "{body}");
     let listed: Value = http()
@@ -169,6 +181,25 @@ async fn connections_over_the_per_ip_limit_are_refused_by_name_and_the_server_st
         status.message().contains("max_connections_per_ip"),
         "{status:?}"
     );
+    // The HTTP port has its own budget: three idle connections fill it.
+    let idle: Vec<tokio::net::TcpStream> = idle_connections(server.http, 3).await;
+    let mut refused = tokio::net::TcpStream::connect(server.http).await.unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::io::AsyncReadExt::read_to_string(&mut refused, &mut answer),
+    )
+    .await
+    .expect("the refusal is written and the connection closed")
+    .unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.1 503")
+            && answer.contains("retry-after: 1")
+            && answer.contains("the HTTP port")
+            && answer.contains("(max_connections_per_ip)"),
+        "{answer}"
+    );
+    drop(idle);
     drop(third);
     drop(held);
     assert!(
@@ -180,6 +211,15 @@ async fn connections_over_the_per_ip_limit_are_refused_by_name_and_the_server_st
     );
     assert_healthy(&server).await;
     server.stop().await.unwrap();
+}
+
+/// `n` idle connections to `addr`.
+async fn idle_connections(addr: std::net::SocketAddr, n: usize) -> Vec<tokio::net::TcpStream> {
+    let mut open = Vec::new();
+    for _ in 0..n {
+        open.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+    }
+    open
 }
 
 #[tokio::test]

@@ -5,7 +5,7 @@
 //! so the accepted socket carries the [`Conn`] to every request.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -45,13 +45,13 @@ pub(crate) struct Conn {
     /// Cancelled when the connection is closed, for whatever reason.
     pub(crate) closed: CancellationToken,
     server_requests: AtomicU64,
-    /// The client's address.
-    pub(crate) ip: IpAddr,
     /// Set when the connection was over a connection limit: every request
     /// on it is answered with this, and the socket is closed soon after.
     pub(crate) refused: Option<String>,
     /// Native watches open on it.
     watches: AtomicUsize,
+    /// Its place under the port's connection limits (none if refused).
+    _ticket: Option<crate::admission::Ticket>,
     /// Marks the id as held by this process while the connection lives.
     _held: crate::node::Held,
 }
@@ -195,8 +195,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub(crate) struct Conns {
     node: Node,
     open: Mutex<HashMap<u64, Arc<Conn>>>,
-    /// Open connections by client IP.
-    per_ip: Mutex<HashMap<IpAddr, usize>>,
+    /// The port's connection limits.
+    limits: Arc<crate::admission::Connections>,
     next: AtomicU64,
     /// Connections whose socket was dropped, for the cleanup task.
     dropped: mpsc::UnboundedSender<u64>,
@@ -206,10 +206,16 @@ pub(crate) struct Conns {
 impl Conns {
     pub(crate) fn new(node: Node) -> (Arc<Self>, mpsc::UnboundedReceiver<u64>) {
         let (dropped, dropped_rx) = mpsc::unbounded_channel();
+        let grpc = node.config().grpc;
+        let limits = crate::admission::Connections::new(
+            "gRPC",
+            grpc.max_connections,
+            grpc.max_connections_per_ip,
+        );
         let conns = Arc::new(Self {
             node,
+            limits,
             open: Mutex::default(),
-            per_ip: Mutex::default(),
             next: AtomicU64::new(1),
             dropped,
             shutting_down: AtomicBool::new(false),
@@ -221,35 +227,15 @@ impl Conns {
         lock(&self.open)
     }
 
-    /// Admits a connection from `ip`, or says which limit it is over.
-    fn admit(&self, ip: IpAddr) -> Result<(), String> {
-        let grpc = self.node.config().grpc;
-        let mut per_ip = lock(&self.per_ip);
-        let open = self.open_map().len();
-        if open >= grpc.max_connections {
-            return Err(format!(
-                "node {} has {open} connections: over the limit of {} (max_connections); retry later or use another server",
-                self.node.config().node_id,
-                grpc.max_connections
-            ));
-        }
-        let from_ip = per_ip.entry(ip).or_default();
-        if *from_ip >= grpc.max_connections_per_ip {
-            return Err(format!(
-                "{ip} has {from_ip} connections: over the limit of {} (max_connections_per_ip)",
-                grpc.max_connections_per_ip
-            ));
-        }
-        *from_ip += 1;
-        Ok(())
-    }
-
     /// Registers an accepted socket. One over a connection limit is
     /// accepted too, so its client reads why in the answer to its first
     /// request; it is closed a moment later.
     pub(crate) fn accept(self: &Arc<Self>, stream: TcpStream, remote: SocketAddr) -> TrackedIo {
         let seq = self.next.fetch_add(1, Ordering::Relaxed);
-        let refused = self.admit(remote.ip()).err();
+        let (ticket, refused) = match self.limits.admit(remote.ip()) {
+            Ok(ticket) => (Some(ticket), None),
+            Err(reason) => (None, Some(reason)),
+        };
         let now = self.node.now();
         let queue = self.node.config().grpc.push_queue;
         let (control, control_rx) = mpsc::channel(16);
@@ -274,18 +260,11 @@ impl Conns {
             detection: Mutex::new(None),
             closed,
             server_requests: AtomicU64::new(1),
-            ip: remote.ip(),
             refused,
             watches: AtomicUsize::new(0),
+            _ticket: ticket,
         });
         if let Some(reason) = &conn.refused {
-            let limit = if reason.contains("max_connections_per_ip") {
-                "max_connections_per_ip"
-            } else {
-                "max_connections"
-            };
-            metrics::counter!("understudy_connections_refused_total", "limit" => limit)
-                .increment(1);
             tracing::debug!(connection = %conn.id, reason, "connection refused");
             let closed = conn.closed.clone();
             tokio::spawn(async move {
@@ -327,15 +306,6 @@ impl Conns {
     fn end(&self, seq: u64, why: &'static str) -> Option<Arc<Conn>> {
         let conn = self.open_map().remove(&seq)?;
         metrics::gauge!("understudy_grpc_connections").decrement(1.0);
-        {
-            let mut per_ip = lock(&self.per_ip);
-            if let Some(from_ip) = per_ip.get_mut(&conn.ip) {
-                *from_ip -= 1;
-                if *from_ip == 0 {
-                    per_ip.remove(&conn.ip);
-                }
-            }
-        }
         tracing::debug!(connection = %conn.id, why, "connection closed");
         conn.closed.cancel();
         self.node.state().hub().remove(&conn.subscriber);
