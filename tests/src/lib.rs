@@ -358,6 +358,16 @@ impl Server {
         format!("{}://{}{path}", self.scheme, self.http)
     }
 
+    /// `GET /nacos/v1/ns/instance/list?{query}` over plain HTTP, as JSON.
+    pub async fn instance_list(&self, query: &str) -> Value {
+        reqwest::get(self.url(&format!("/nacos/v1/ns/instance/list?{query}")))
+            .await
+            .expect("the server answers")
+            .json()
+            .await
+            .expect("a ServiceInfo")
+    }
+
     /// Shuts down gracefully and waits for it.
     pub async fn stop(mut self) -> anyhow::Result<()> {
         self.stop.cancel();

@@ -76,14 +76,7 @@ async fn assert_healthy(server: &Server) {
     );
     let (status, body) = register_http(server, "health-probe", "10.9.9.9", 9).await;
     assert_eq!(status, 200, "{body}");
-    let listed: Value = http()
-        .get(server.url("/nacos/v1/ns/instance/list?serviceName=health-probe"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed = server.instance_list("serviceName=health-probe").await;
     assert_eq!(listed["hosts"][0]["ip"], "10.9.9.9", "{listed}");
     let client = RawClient::connect(server.grpc, None)
         .await
@@ -373,14 +366,7 @@ async fn instances_per_service_and_services_per_namespace_are_refused_by_setting
         "{refused}"
     );
     // Nothing of the refused registrations was written.
-    let listed: Value = http()
-        .get(server.url("/nacos/v1/ns/instance/list?serviceName=full"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed = server.instance_list("serviceName=full").await;
     assert_eq!(listed["hosts"].as_array().unwrap().len(), 2, "{listed}");
 
     // "full" is one service; two more fill the namespace.
@@ -477,14 +463,7 @@ async fn metadata_body_and_config_sizes_are_refused_by_field_and_the_server_stay
     .await;
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("content"), "{body}");
-    let listed: Value = http()
-        .get(server.url("/nacos/v1/ns/instance/list?serviceName=meta"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed = server.instance_list("serviceName=meta").await;
     assert!(listed["hosts"].as_array().unwrap().is_empty(), "{listed}");
     assert_healthy(&server).await;
     server.stop().await.unwrap();
@@ -591,14 +570,7 @@ async fn a_client_that_never_reads_its_pushes_is_closed_when_its_queue_stays_ful
         )
         .await;
         assert_eq!(status, 200);
-        let listed: Value = http()
-            .get(server.url("/nacos/v1/ns/instance/list?serviceName=unread-owner"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let listed = server.instance_list("serviceName=unread-owner").await;
         listed["hosts"].as_array().is_some_and(Vec::is_empty)
     })
     .await;

@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
 use tokio_stream::StreamExt as _;
 use understudy_proto::native::registry_client::RegistryClient;
 use understudy_proto::native::{change, watch_event, WatchRequest};
@@ -306,14 +305,7 @@ async fn a_flooded_node_sheds_with_busy_keeps_beaten_instances_healthy_and_recov
         0,
         "no heartbeat was refused"
     );
-    let listed: Value = http
-        .get(server.url("/nacos/v1/ns/instance/list?serviceName=kept"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed = server.instance_list("serviceName=kept").await;
     let hosts = listed["hosts"].as_array().unwrap();
     assert_eq!(hosts.len(), usize::from(KEPT), "{listed}");
     assert!(hosts.iter().all(|h| h["healthy"] == true), "{listed}");
