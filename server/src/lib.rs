@@ -21,7 +21,9 @@
 //! - `tls`: TLS on the HTTP, gRPC and raft ports;
 //! - `metrics`: the process-wide Prometheus recorder;
 //! - `ctl`: the `understudy ctl` admin commands (export, import), HTTP
-//!   calls to a running node.
+//!   calls to a running node;
+//! - `fuzzing`: entry points that feed untrusted bytes through the
+//!   decoders, for the fuzz targets in `fuzz/` and their regression tests.
 //!
 //! [`run`] serves a node on pre-bound listeners until a shutdown future
 //! resolves; tests bind port 0 and call it in-process, or build a
@@ -33,6 +35,9 @@ pub mod chaos;
 pub mod clock;
 pub mod config;
 pub mod ctl;
+// For `fuzz/` and the regression tests only; not part of the API.
+#[doc(hidden)]
+pub mod fuzzing;
 mod grpc;
 mod hosts;
 mod http;

@@ -6,8 +6,8 @@
 
 mod config;
 mod conn;
-mod naming;
-mod native;
+pub(crate) mod naming;
+pub(crate) mod native;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -204,7 +204,7 @@ fn response_kind(kind: &str) -> &'static str {
 }
 
 /// Bounds the metric label to the request types understood.
-fn known_type(kind: &str) -> &'static str {
+pub(crate) fn known_type(kind: &str) -> &'static str {
     match kind {
         "HealthCheckRequest" => "HealthCheckRequest",
         "InstanceRequest" => "InstanceRequest",

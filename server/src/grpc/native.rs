@@ -38,14 +38,14 @@ pub(crate) struct NativeApi {
 
 /// What a watch covers.
 #[derive(Debug, Clone)]
-struct Scope {
+pub(crate) struct Scope {
     namespace: NamespaceId,
     group: Option<GroupName>,
     service: Option<ServiceName>,
 }
 
 impl Scope {
-    fn parse(request: &WatchRequest) -> Result<Self, tonic::Status> {
+    pub(crate) fn parse(request: &WatchRequest) -> Result<Self, tonic::Status> {
         let invalid = |e: understudy_core::Error| tonic::Status::invalid_argument(e.to_string());
         let namespace = NamespaceId::parse(&request.namespace).map_err(invalid)?;
         let group = match request.group.trim() {
@@ -743,12 +743,13 @@ fn spec_of(
     Ok(spec)
 }
 
-/// Handles one session request; `None` for keepalives (no answer).
-async fn session_request(
-    node: &Node,
+/// The command a session request asks for, `None` for hellos and
+/// keepalives, or the error to answer with. Decoding only: nothing is
+/// proposed here.
+pub(crate) fn session_op(
     owner: &understudy_core::Owner,
     request: native::SessionRequest,
-) -> Option<native::SessionResponse> {
+) -> Result<Option<understudy_core::Op>, native::SessionResponse> {
     use native::session_request::Kind;
     let id = request.request_id;
     let service_of =
@@ -757,42 +758,48 @@ async fn session_request(
                 service.ok_or_else(|| session_error(id, "service", "is required".into()))?;
             ServiceKey::try_from(&service).map_err(|e| session_error(id, e.field, e.to_string()))
         };
-    let op = match request.kind? {
-        Kind::Keepalive(_) | Kind::Hello(_) => return None,
+    let Some(kind) = request.kind else {
+        return Ok(None);
+    };
+    Ok(Some(match kind {
+        Kind::Keepalive(_) | Kind::Hello(_) => return Ok(None),
         Kind::Register(register) => {
-            let service = match service_of(register.service) {
-                Ok(service) => service,
-                Err(e) => return Some(e),
-            };
-            let instances = match register
+            let service = service_of(register.service)?;
+            let instances = register
                 .instances
                 .into_iter()
                 .map(spec_of)
                 .collect::<Result<Vec<_>, _>>()
-            {
-                Ok(instances) => instances,
-                Err(understudy_core::Error::Invalid { field, reason }) => {
-                    return Some(session_error(
-                        id,
-                        field,
-                        format!("invalid {field}: {reason}"),
-                    ))
-                }
-                Err(e) => return Some(session_error(id, "", e.to_string())),
-            };
+                .map_err(|e| match e {
+                    understudy_core::Error::Invalid { field, reason } => {
+                        session_error(id, field, format!("invalid {field}: {reason}"))
+                    }
+                    e => session_error(id, "", e.to_string()),
+                })?;
             understudy_core::Op::Register {
                 service,
                 owner: owner.clone(),
                 instances,
             }
         }
-        Kind::Deregister(deregister) => match service_of(deregister.service) {
-            Ok(service) => understudy_core::Op::Deregister {
-                service,
-                owner: owner.clone(),
-            },
-            Err(e) => return Some(e),
+        Kind::Deregister(deregister) => understudy_core::Op::Deregister {
+            service: service_of(deregister.service)?,
+            owner: owner.clone(),
         },
+    }))
+}
+
+/// Handles one session request; `None` for keepalives (no answer).
+async fn session_request(
+    node: &Node,
+    owner: &understudy_core::Owner,
+    request: native::SessionRequest,
+) -> Option<native::SessionResponse> {
+    let id = request.request_id;
+    let op = match session_op(owner, request) {
+        Ok(Some(op)) => op,
+        Ok(None) => return None,
+        Err(refused) => return Some(refused),
     };
     Some(match node.propose(op).await {
         Ok(applied) => native::SessionResponse {

@@ -27,13 +27,14 @@ const LINE: char = '\u{1}';
 /// Most records in one listener request, as Nacos.
 const MAX_RECORDS: usize = 10_000;
 
+/// Which parameter names the namespace: v1 `tenant`, v2 `namespaceId`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Api {
+pub(crate) enum Api {
     V1,
     V2,
 }
 
-fn key(p: &Params, api: Api) -> Result<ConfigKey, ApiError> {
+pub(crate) fn key(p: &Params, api: Api) -> Result<ConfigKey, ApiError> {
     let data_id = p.required("dataId")?;
     let group = p.required("group")?;
     let tenant = match api {
@@ -158,7 +159,7 @@ pub(crate) async fn remove_v2(State(node): State<Node>, params: Input) -> Respon
 /// One record of `Listening-Configs`: the key, the tenant as the client
 /// wrote it, and the md5 it holds.
 #[derive(Debug, Clone)]
-struct Listening {
+pub(crate) struct Listening {
     key: ConfigKey,
     data_id: String,
     group: String,
@@ -166,7 +167,7 @@ struct Listening {
     md5: String,
 }
 
-fn parse_listening(raw: &str) -> Result<Vec<Listening>, ApiError> {
+pub(crate) fn parse_listening(raw: &str) -> Result<Vec<Listening>, ApiError> {
     // Clients encode the value once more on top of the form encoding.
     let decoded: String =
         form_urlencoded::parse(format!("v={}", raw.replace('+', "%2B")).as_bytes())

@@ -133,9 +133,13 @@ impl ApiError {
     }
 
     /// The field it names, if any.
-    #[cfg(test)]
     pub(crate) fn field(&self) -> Option<&str> {
         self.field.as_deref()
+    }
+
+    /// The HTTP status it answers with.
+    pub(crate) fn status(&self) -> StatusCode {
+        self.status
     }
 
     fn log(&self) {

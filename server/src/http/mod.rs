@@ -6,13 +6,13 @@
 
 mod backup;
 mod chaos;
-mod config;
+pub(crate) mod config;
 mod console;
-mod error;
+pub(crate) mod error;
 mod guard;
-mod naming;
-mod ops;
-mod params;
+pub(crate) mod naming;
+pub(crate) mod ops;
+pub(crate) mod params;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

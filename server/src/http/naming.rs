@@ -229,7 +229,7 @@ async fn deregister(node: &Node, p: &Params, api: Api) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn patch_from(p: &Params) -> Result<InstancePatch, ApiError> {
+pub(crate) fn patch_from(p: &Params) -> Result<InstancePatch, ApiError> {
     let enabled = p.get_any(&["enabled", "enable"]).map(|_| {
         if p.get("enabled").is_some() {
             p.flag("enabled", true)
@@ -244,7 +244,7 @@ fn patch_from(p: &Params) -> Result<InstancePatch, ApiError> {
     })
 }
 
-fn instance_key(p: &Params) -> Result<InstanceKey, ApiError> {
+pub(crate) fn instance_key(p: &Params) -> Result<InstanceKey, ApiError> {
     Ok(InstanceKey {
         ip: p.required("ip")?.trim().to_owned(),
         port: p.port()?,
@@ -433,7 +433,7 @@ fn service_not_found(key: &understudy_core::ServiceKey) -> ApiError {
     })
 }
 
-fn protect_threshold(p: &Params) -> Result<Option<f32>, ApiError> {
+pub(crate) fn protect_threshold(p: &Params) -> Result<Option<f32>, ApiError> {
     let threshold = p.number::<f32>("protectThreshold")?;
     if let Some(t) = threshold {
         understudy_core::check_protect_threshold(t)?;
@@ -441,7 +441,7 @@ fn protect_threshold(p: &Params) -> Result<Option<f32>, ApiError> {
     Ok(threshold)
 }
 
-fn selector(p: &Params) -> Result<Option<understudy_core::Selector>, ApiError> {
+pub(crate) fn selector(p: &Params) -> Result<Option<understudy_core::Selector>, ApiError> {
     p.raw("selector")
         .map(|raw| SelectorJson::parse(raw).map_err(ApiError::from))
         .transpose()
@@ -490,7 +490,7 @@ async fn update_service(node: &Node, p: &Params, api: Api) -> Result<(), ApiErro
     Ok(())
 }
 
-fn page_number(p: &Params, name: &'static str) -> Result<u64, ApiError> {
+pub(crate) fn page_number(p: &Params, name: &'static str) -> Result<u64, ApiError> {
     p.number::<u64>(name)?
         .ok_or_else(|| ApiError::missing(name))
 }

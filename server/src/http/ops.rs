@@ -318,7 +318,7 @@ fn new_namespace_id(node: &Node) -> String {
     format!("ns-{:x}-{serial:x}", node.now())
 }
 
-fn namespace_id(p: &Params, field: &'static str) -> Result<NamespaceId, ApiError> {
+pub(crate) fn namespace_id(p: &Params, field: &'static str) -> Result<NamespaceId, ApiError> {
     NamespaceId::parse(p.required(field)?).map_err(|e| ApiError::invalid(field, e.to_string()))
 }
 

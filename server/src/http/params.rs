@@ -80,6 +80,16 @@ pub(crate) enum Api {
 }
 
 impl Params {
+    /// Decodes a raw query string and form body as one request's
+    /// parameters, the way [`FromRequest`] does (the fuzz targets feed it
+    /// bytes without building a request).
+    pub(crate) fn decode(query: &[u8], form: &[u8]) -> Result<Self, ApiError> {
+        let mut pairs = Vec::new();
+        decode_into(query, &mut pairs)?;
+        decode_into(form, &mut pairs)?;
+        Ok(Self { pairs })
+    }
+
     #[cfg(test)]
     pub(crate) fn from_pairs(pairs: &[(&str, &str)]) -> Self {
         Self {

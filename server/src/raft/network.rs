@@ -211,7 +211,7 @@ pub enum ForwardError {
 
 /// The forward answer as it travels.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-enum ForwardAnswer {
+pub(crate) enum ForwardAnswer {
     Committed { index: u64 },
     NotLeader { leader: Option<NodeId> },
     Rejected { reason: String },

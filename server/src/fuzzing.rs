@@ -1,0 +1,472 @@
+//! Entry points for the fuzz targets in `fuzz/` and for the regression
+//! tests that replay what they found (`tests/fuzz_regressions.rs`). Each
+//! takes untrusted bytes through one of the server's real decode paths,
+//! as far as a handler goes before it proposes or reads the registry (the
+//! native session and the raft decoders go on through the state machine,
+//! which needs no running node). An entry point panics only where the
+//! server would: a panic here is a bug to fix, never an expected outcome.
+//!
+//! Not an API: the decoders stay `pub(crate)`, and this module is the one
+//! door the fuzz crate uses. Where a handler's steps are spelled out here
+//! rather than called (the Nacos gRPC dispatch, which needs a live
+//! connection), they follow `grpc::naming::dispatch` and must keep in step
+//! with it.
+
+use std::io::Cursor;
+use std::sync::{Arc, LazyLock};
+
+use openraft::error::{InstallSnapshotError, RaftError};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::storage::RaftStateMachine;
+use openraft::{Entry, LogId, RaftSnapshotBuilder, SnapshotMeta, Vote};
+use prost::Message;
+use understudy_core::{
+    BeatOutcome, Command, ConfigKey, GroupName, InstanceSpec, LiveKey, NamespaceId, Owner,
+};
+use understudy_proto::grpc::Payload;
+use understudy_proto::nacos::BeatInfo;
+use understudy_proto::nacos_rpc::{
+    error_response, parse_clusters, BatchInstanceRequest, ClientAck, ConfigBatchListenRequest,
+    ConfigPublishRequest, ConfigQueryRequest, ConnectionSetup, Envelope, InstanceRequest,
+    ServiceListRequest, ServiceQueryRequest, SubscribeServiceRequest, INVALID_PARAM,
+};
+use understudy_proto::{native, DecodeError};
+
+use crate::clock::Clock;
+use crate::config::{Settings, ValidConfig};
+use crate::http::error::ApiError;
+use crate::http::params::{parse_port, Api, Params};
+use crate::node::State;
+use crate::raft::disk::PersistedSnapshot;
+use crate::raft::network::{AdminReply, AdminRequest, ForwardAnswer};
+use crate::raft::store::{StateMachine, Waiters};
+use crate::raft::{codec, Batch, Member, NodeId, TypeConfig};
+
+/// The Nacos gRPC request types the server answers, as
+/// `grpc::naming::dispatch` and the bi-stream reader route them.
+pub const NACOS_REQUEST_TYPES: &[&str] = &[
+    "ServerCheckRequest",
+    "HealthCheckRequest",
+    "InstanceRequest",
+    "PersistentInstanceRequest",
+    "BatchInstanceRequest",
+    "ServiceQueryRequest",
+    "SubscribeServiceRequest",
+    "ServiceListRequest",
+    "ConfigQueryRequest",
+    "ConfigPublishRequest",
+    "ConfigRemoveRequest",
+    "ConfigBatchListenRequest",
+    "ConnectionSetupRequest",
+];
+
+/// The default configuration, validated once.
+static CONFIG: LazyLock<ValidConfig> = LazyLock::new(ValidConfig::default);
+
+// ---- Nacos HTTP parameters -------------------------------------------------
+
+/// One Nacos HTTP request's parameters: the bytes before the first `\n`
+/// are the query string, the rest the `application/x-www-form-urlencoded`
+/// body. Runs every parser the naming, config and namespace handlers apply
+/// to parameters, and checks that each refusal is a 400 naming its field.
+pub fn http_params(input: &[u8]) {
+    let (query, form) = match input.iter().position(|b| *b == b'\n') {
+        Some(i) => (&input[..i], &input[i + 1..]),
+        None => (input, &b""[..]),
+    };
+    let p = match Params::decode(query, form) {
+        Ok(p) => p,
+        Err(e) => return refused(e),
+    };
+    use crate::http::{config, naming, ops};
+    for api in [Api::V1, Api::V2] {
+        check(p.service_key(api));
+    }
+    check(p.instance_spec());
+    check(naming::instance_key(&p));
+    check(naming::patch_from(&p));
+    check(naming::protect_threshold(&p));
+    check(naming::selector(&p));
+    check(naming::page_number(&p, "pageNo"));
+    check(naming::page_number(&p, "pageSize"));
+    check(p.cluster_filter("clusters"));
+    check(p.cluster_filter("clusterName"));
+    if let Some(raw) = p.get("udpPort") {
+        check(parse_port(raw));
+    }
+    if let Some(raw) = p.get("beat") {
+        if let Some(beat) = check(BeatInfo::parse(raw).map_err(ApiError::from)) {
+            let _ = beat.metadata();
+            if let Some(port) = beat.port {
+                check(parse_port(&port.to_string()));
+            }
+            if let Some(cluster) = beat.cluster.as_deref() {
+                check(understudy_core::ClusterName::parse(cluster).map_err(ApiError::from));
+            }
+        }
+    }
+    check(p.number::<u64>("id"));
+    for api in [config::Api::V1, config::Api::V2] {
+        check(config::key(&p, api));
+    }
+    if let Some(raw) = p.get("Listening-Configs") {
+        check(config::parse_listening(raw));
+    }
+    for field in ["namespaceId", "customNamespaceId", "namespace"] {
+        check(ops::namespace_id(&p, field));
+    }
+}
+
+fn check<T>(result: Result<T, ApiError>) -> Option<T> {
+    result.map_err(refused).ok()
+}
+
+fn refused(e: ApiError) {
+    assert!(
+        e.status().is_client_error(),
+        "bad input answered with {}: {e:?}",
+        e.status()
+    );
+    assert!(e.field().is_some(), "a refusal names no field: {e:?}");
+    // Both renderings, as v1 and v2 routes answer.
+    let _ = e.clone().v1();
+    let _ = e.v2();
+}
+
+// ---- Nacos gRPC ------------------------------------------------------------
+
+/// One Nacos gRPC `Payload` as protobuf bytes: opened, and its JSON body
+/// decoded and validated the way the handler for its type does.
+pub fn nacos_grpc(bytes: &[u8]) {
+    let Ok(payload) = Payload::decode(bytes) else {
+        return;
+    };
+    let envelope = Envelope::open(payload);
+    let _ = envelope.header("accessToken");
+    if let Err(e) = nacos_request(&envelope) {
+        let _ = error_response(INVALID_PARAM, e.to_string());
+    }
+}
+
+fn nacos_request(envelope: &Envelope) -> Result<(), DecodeError> {
+    let kind = envelope.kind.as_str();
+    match kind {
+        "ConnectionSetupRequest" => {
+            envelope.decode::<ConnectionSetup>()?;
+        }
+        _ if kind.ends_with("Response") => {
+            envelope.decode::<ClientAck>()?.succeeded();
+        }
+        "InstanceRequest" | "PersistentInstanceRequest" => {
+            let request: InstanceRequest = envelope.decode()?;
+            request.common.service_key()?;
+            let wire = request
+                .instance
+                .ok_or_else(|| DecodeError::new("instance", "is required"))?;
+            InstanceSpec::try_from(wire)?;
+        }
+        "BatchInstanceRequest" => {
+            let request: BatchInstanceRequest = envelope.decode()?;
+            request.common.service_key()?;
+            for wire in request.instances.unwrap_or_default() {
+                InstanceSpec::try_from(wire)?;
+            }
+        }
+        "ServiceQueryRequest" => {
+            let request: ServiceQueryRequest = envelope.decode()?;
+            request.common.service_key()?;
+            parse_clusters(&request.cluster.or(request.clusters).unwrap_or_default())?;
+        }
+        "SubscribeServiceRequest" => {
+            let request: SubscribeServiceRequest = envelope.decode()?;
+            request.common.service_key()?;
+            parse_clusters(&request.clusters.unwrap_or_default())?;
+        }
+        "ServiceListRequest" => {
+            let request: ServiceListRequest = envelope.decode()?;
+            NamespaceId::parse(request.common.namespace.as_deref().unwrap_or(""))?;
+            GroupName::parse(request.common.group_name.as_deref().unwrap_or(""))?;
+        }
+        "ConfigQueryRequest" | "ConfigRemoveRequest" => {
+            envelope.decode::<ConfigQueryRequest>()?.key()?;
+        }
+        "ConfigPublishRequest" => {
+            let request: ConfigPublishRequest = envelope.decode()?;
+            request.common.key()?;
+            for key in ["betaIps", "tag", "type", "appName", "desc", "config_tags"] {
+                request.addition(key);
+            }
+        }
+        "ConfigBatchListenRequest" => {
+            let request: ConfigBatchListenRequest = envelope.decode()?;
+            for context in request.config_listen_contexts.unwrap_or_default() {
+                ConfigKey::parse(
+                    context.tenant.as_deref().unwrap_or(""),
+                    context.group.as_deref().unwrap_or(""),
+                    context.data_id.as_deref().unwrap_or(""),
+                )?;
+            }
+        }
+        // Answered without reading the body, or not handled at all.
+        _ => {}
+    }
+    Ok(())
+}
+
+// ---- native API ------------------------------------------------------------
+
+/// One native API message: the first byte picks the request type, the rest
+/// is its protobuf encoding. A session is a run of length-delimited
+/// `SessionRequest`s whose commands are applied, in order, to a fresh
+/// state, as a session's proposals would be.
+pub fn native_message(input: &[u8]) {
+    let Some((&which, mut body)) = input.split_first() else {
+        return;
+    };
+    match which % 5 {
+        0 => {
+            if let Ok(request) = native::WatchRequest::decode(body) {
+                let _ = crate::grpc::native::Scope::parse(&request);
+            }
+        }
+        1 => {
+            let state = State::new(&CONFIG);
+            let owner = Owner::Connection {
+                node: CONFIG.node_id,
+                id: "native-1-0-1".to_owned(),
+            };
+            let mut at = 0;
+            while !body.is_empty() {
+                let Ok(request) = native::SessionRequest::decode_length_delimited(&mut body) else {
+                    return;
+                };
+                at += 1;
+                if let Ok(Some(op)) = crate::grpc::native::session_op(&owner, request) {
+                    state.apply(&[Command::new(at, op)], at);
+                }
+            }
+        }
+        2 => {
+            if let Ok(request) = native::ListServicesRequest::decode(body) {
+                let _ = NamespaceId::parse(&request.namespace);
+                match request.group.trim() {
+                    "" => {}
+                    raw => {
+                        let _ = GroupName::parse(raw);
+                    }
+                }
+            }
+        }
+        3 => {
+            if let Ok(request) = native::ListGroupsRequest::decode(body) {
+                let _ = NamespaceId::parse(&request.namespace);
+            }
+        }
+        _ => {
+            if let Ok(native::GetServiceRequest {
+                service: Some(service),
+            }) = native::GetServiceRequest::decode(body)
+            {
+                let _ = understudy_core::ServiceKey::try_from(&service);
+            }
+        }
+    }
+}
+
+// ---- raft ------------------------------------------------------------------
+
+/// One raft payload: the first byte picks what it is read as, the rest
+/// goes to [`codec::decode`]. Log entries, forwarded batches and
+/// append-entries requests are applied to a fresh state machine;
+/// snapshots are installed on one, and a snapshot it then builds must
+/// install elsewhere to the same registry.
+pub fn raft_payload(input: &[u8]) {
+    let Some((&which, bytes)) = input.split_first() else {
+        return;
+    };
+    match which % 16 {
+        0 => {
+            if let Ok(entry) = codec::decode::<Entry<TypeConfig>>(bytes) {
+                block_on(apply(vec![entry]));
+            }
+        }
+        1 => block_on(install(bytes.to_vec(), snapshot_meta())),
+        2 => {
+            if let Ok(persisted) = codec::decode::<PersistedSnapshot>(bytes) {
+                block_on(install(persisted.bytes, persisted.meta));
+            }
+        }
+        3 => {
+            if let Ok(request) = codec::decode::<AppendEntriesRequest<TypeConfig>>(bytes) {
+                block_on(apply(request.entries));
+            }
+        }
+        4 => {
+            let _ = codec::decode::<VoteRequest<NodeId>>(bytes);
+        }
+        5 => {
+            if let Ok(request) = codec::decode::<InstallSnapshotRequest<TypeConfig>>(bytes) {
+                if request.offset == 0 && request.done {
+                    block_on(install(request.data, request.meta));
+                }
+            }
+        }
+        6 => {
+            let _ = codec::decode::<LiveKey>(bytes);
+        }
+        7 => {
+            if let Ok(batch) = codec::decode::<Batch>(bytes) {
+                State::new(&CONFIG).apply(&batch.commands, batch.stamp_ms);
+            }
+        }
+        8 => {
+            let _ = codec::decode::<Vote<NodeId>>(bytes);
+        }
+        9 => {
+            let _ = codec::decode::<Option<LogId<NodeId>>>(bytes);
+        }
+        10 => {
+            let _ =
+                codec::decode::<Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>>(bytes);
+        }
+        11 => {
+            let _ = codec::decode::<Result<VoteResponse<NodeId>, RaftError<NodeId>>>(bytes);
+        }
+        12 => {
+            let _ = codec::decode::<
+                Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>,
+            >(bytes);
+        }
+        13 => {
+            let _ = codec::decode::<BeatOutcome>(bytes);
+        }
+        14 => {
+            let _ = codec::decode::<ForwardAnswer>(bytes);
+        }
+        _ => {
+            // Admin requests and replies travel as JSON.
+            let _ = serde_json::from_slice::<AdminRequest>(bytes);
+            let _ = serde_json::from_slice::<AdminReply>(bytes);
+        }
+    }
+}
+
+fn fresh_machine() -> (StateMachine, Arc<State>) {
+    let state = Arc::new(State::new(&CONFIG));
+    let machine = StateMachine::new(
+        CONFIG.node_id,
+        state.clone(),
+        Clock::starting_at(0),
+        Waiters::default(),
+    );
+    (machine, state)
+}
+
+fn snapshot_meta() -> SnapshotMeta<NodeId, Member> {
+    SnapshotMeta {
+        last_log_id: None,
+        last_membership: Default::default(),
+        snapshot_id: "fuzz".to_owned(),
+    }
+}
+
+async fn apply(entries: Vec<Entry<TypeConfig>>) {
+    let (mut machine, _) = fresh_machine();
+    machine
+        .apply(entries)
+        .await
+        .expect("applying entries in memory does not fail");
+}
+
+async fn install(bytes: Vec<u8>, meta: SnapshotMeta<NodeId, Member>) {
+    let (mut machine, _) = fresh_machine();
+    if machine
+        .install_snapshot(&meta, Box::new(Cursor::new(bytes)))
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let built = build(&mut machine).await;
+    let (mut other, _) = fresh_machine();
+    other
+        .install_snapshot(&built.meta, Box::new(Cursor::new(built.bytes.clone())))
+        .await
+        .expect("a snapshot this build wrote installs");
+    // Bytes, not values: a corrupt snapshot may carry a NaN weight, which
+    // is not equal to itself.
+    assert!(
+        build(&mut other).await.bytes == built.bytes,
+        "a snapshot built from an installed one rebuilds the same bytes"
+    );
+}
+
+struct Built {
+    meta: SnapshotMeta<NodeId, Member>,
+    bytes: Vec<u8>,
+}
+
+async fn build(machine: &mut StateMachine) -> Built {
+    let snapshot = machine
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .expect("a state machine snapshots what it holds");
+    Built {
+        meta: snapshot.meta,
+        bytes: snapshot.snapshot.into_inner(),
+    }
+}
+
+/// Runs a state machine call: in memory, nothing in it waits on I/O.
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    thread_local! {
+        static RUNTIME: tokio::runtime::Runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a current-thread runtime builds");
+    }
+    RUNTIME.with(|runtime| runtime.block_on(future))
+}
+
+// ---- config file -----------------------------------------------------------
+
+/// A config file's text: parsed and validated as `serve --config` does.
+/// TLS file names are pointed at a path that does not exist, so fuzzed
+/// input never reads a file the process can reach.
+pub fn config_file(input: &[u8]) {
+    let Ok(text) = std::str::from_utf8(input) else {
+        return;
+    };
+    let Ok(mut settings) = Settings::from_toml(text) else {
+        return;
+    };
+    let nowhere = |path: &mut Option<std::path::PathBuf>| {
+        if path.is_some() {
+            *path = Some("/nonexistent/understudy-fuzz/tls.pem".into());
+        }
+    };
+    nowhere(&mut settings.tls_cert);
+    nowhere(&mut settings.tls_key);
+    nowhere(&mut settings.tls_ca);
+    let _ = ValidConfig::from_settings(settings);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_nacos_request_type_fuzzed_is_one_the_dispatch_knows() {
+        for kind in NACOS_REQUEST_TYPES {
+            let known = crate::grpc::naming::known_type(kind);
+            assert!(
+                known == *kind || matches!(*kind, "ServerCheckRequest" | "ConnectionSetupRequest"),
+                "{kind} is not dispatched"
+            );
+        }
+    }
+}
