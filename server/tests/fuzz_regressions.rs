@@ -14,8 +14,11 @@ use std::sync::Arc;
 
 use understudy_server::fuzzing;
 
+/// A fuzz target's entry point.
+type EntryPoint = fn(&[u8]);
+
 /// Each target and the entry point it calls.
-const TARGETS: &[(&str, fn(&[u8]))] = &[
+const TARGETS: &[(&str, EntryPoint)] = &[
     ("http_params", fuzzing::http_params),
     ("grpc_payload", fuzzing::nacos_grpc),
     ("native_messages", fuzzing::native_message),
