@@ -1,10 +1,12 @@
 //! Entry points for the fuzz targets in `fuzz/` and for the regression
 //! tests that replay what they found (`tests/fuzz_regressions.rs`). Each
 //! takes untrusted bytes through one of the server's real decode paths,
-//! as far as a handler goes before it proposes or reads the registry (the
-//! native session and the raft decoders go on through the state machine,
-//! which needs no running node). An entry point panics only where the
-//! server would: a panic here is a bug to fix, never an expected outcome.
+//! as far as a handler goes before it proposes or reads the registry;
+//! native sessions and raft payloads go on to apply what they decode to a
+//! fresh state, which needs no running node. A panic, in the code under
+//! test or in a property checked here (an HTTP refusal is a 4xx naming its
+//! field; a snapshot rebuilt from an installed one is byte for byte the
+//! same), is a bug to fix.
 //!
 //! Not an API: the decoders stay `pub(crate)`, and this module is the one
 //! door the fuzz crate uses. Where a handler's steps are spelled out here
