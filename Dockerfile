@@ -3,7 +3,7 @@
 # run on distroless (glibc and libgcc, no shell, no package manager). The
 # build needs no protoc: proto/build.rs compiles the .proto files with
 # protox, in Rust. Used by docker-compose.yml (checked by
-# server/tests/compose.rs).
+# cli/tests/compose.rs).
 
 FROM rust:1-bookworm AS build
 WORKDIR /src
@@ -13,7 +13,7 @@ COPY . .
 # binary is copied out of the cached target directory in the same step.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked -p understudy-server --bin understudy \
+    cargo build --release --locked -p understudy --bin understudy \
  && cp target/release/understudy /usr/local/bin/understudy
 
 FROM gcr.io/distroless/cc-debian12:nonroot AS runtime

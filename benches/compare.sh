@@ -6,6 +6,6 @@
 # Extra arguments go to `load compare` (see `load compare --help`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -p understudy-server --bin understudy -p understudy-benches --bin load
+cargo build --release -p understudy --bin understudy -p understudy-benches --bin load
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(uname -sr)"
 exec target/release/load compare --json target/compare.jsonl "$@"

@@ -98,7 +98,12 @@ pub(crate) struct Ticket {
 }
 
 impl Connections {
-    pub(crate) fn new(port: &'static str, max: usize, max_per_ip: usize) -> Arc<Self> {
+    /// The budget of the client port named `port`, from the config.
+    pub(crate) fn of(port: &'static str, config: &crate::ValidConfig) -> Arc<Self> {
+        Self::new(port, config.max_connections, config.max_connections_per_ip)
+    }
+
+    fn new(port: &'static str, max: usize, max_per_ip: usize) -> Arc<Self> {
         Arc::new(Self {
             port,
             max,

@@ -81,9 +81,6 @@ pub enum Command {
     /// Run a whole multi-DC cluster in this process, each node on its own
     /// ports, e.g. `sim --dc hz=2 --dc sh=1 --link hz-sh=40ms~10ms,loss=1%`.
     Sim(crate::sim::SimArgs),
-    /// Chaos scenarios: `chaos run FILE` runs one against a sim cluster
-    /// with synthetic providers and watchers and writes its report.
-    Chaos(crate::chaos::ChaosArgs),
 }
 
 impl Cli {
@@ -92,7 +89,7 @@ impl Cli {
     pub fn into_serve_args(self) -> ServeArgs {
         match self.command {
             Some(Command::Serve(args)) => args,
-            Some(Command::Ctl(_) | Command::Sim(_) | Command::Chaos(_)) | None => self.serve,
+            Some(Command::Ctl(_) | Command::Sim(_)) | None => self.serve,
         }
     }
 }
@@ -458,6 +455,10 @@ pub struct ValidConfig {
     pub max_body_bytes: usize,
     /// Capacity of each write queue.
     pub write_queue: usize,
+    /// Most open connections on each client port (HTTP and gRPC).
+    pub max_connections: usize,
+    /// Most open connections on each client port from one client IP.
+    pub max_connections_per_ip: usize,
     /// Ordinary requests worked on at once.
     pub max_concurrent_requests: usize,
     /// How long an ordinary request waits for a slot.
@@ -773,10 +774,6 @@ pub struct GrpcConfig {
     pub detection_timeout: u64,
     /// Largest message.
     pub max_message_bytes: usize,
-    /// Most open connections on each client port (HTTP and gRPC).
-    pub max_connections: usize,
-    /// Most open connections on each client port from one client IP.
-    pub max_connections_per_ip: usize,
     /// Most service subscriptions, and apart config listeners, per connection.
     pub max_subscriptions_per_connection: usize,
     /// Most native watches open at once per connection.
@@ -890,12 +887,6 @@ impl ValidConfig {
                 "max_grpc_message_bytes",
                 s.max_grpc_message_bytes,
                 10 << 20,
-            )?,
-            max_connections: positive("max_connections", s.max_connections, 20_000)?,
-            max_connections_per_ip: positive(
-                "max_connections_per_ip",
-                s.max_connections_per_ip,
-                5_000,
             )?,
             max_subscriptions_per_connection: positive(
                 "max_subscriptions_per_connection",
@@ -1039,6 +1030,12 @@ impl ValidConfig {
             registry,
             max_body_bytes,
             write_queue: positive("write_queue", s.write_queue, 4096)?,
+            max_connections: positive("max_connections", s.max_connections, 20_000)?,
+            max_connections_per_ip: positive(
+                "max_connections_per_ip",
+                s.max_connections_per_ip,
+                5_000,
+            )?,
             max_concurrent_requests: positive(
                 "max_concurrent_requests",
                 s.max_concurrent_requests,

@@ -31,7 +31,6 @@
 
 mod admission;
 pub mod auth;
-pub mod chaos;
 pub mod clock;
 pub mod config;
 pub mod ctl;
@@ -163,11 +162,7 @@ pub async fn serve(
     ));
     let stop_http = cancel.child_token();
     let stopped = stop_http.clone().cancelled_owned();
-    let limits = admission::Connections::new(
-        "HTTP",
-        node.config().grpc.max_connections,
-        node.config().grpc.max_connections_per_ip,
-    );
+    let limits = admission::Connections::of("HTTP", node.config());
     let app = router(node.clone())
         .layer(axum::middleware::map_request(
             admission::peer_as_socket_addr,

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use understudy_server::chaos::{run, Report, Scenario};
+use understudy_rig::{run, Report, Scenario};
 
 fn scenario(file: &str) -> Scenario {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -206,12 +206,7 @@ pub(crate) struct Conns {
 impl Conns {
     pub(crate) fn new(node: Node) -> (Arc<Self>, mpsc::UnboundedReceiver<u64>) {
         let (dropped, dropped_rx) = mpsc::unbounded_channel();
-        let grpc = node.config().grpc;
-        let limits = crate::admission::Connections::new(
-            "gRPC",
-            grpc.max_connections,
-            grpc.max_connections_per_ip,
-        );
+        let limits = crate::admission::Connections::of("gRPC", node.config());
         let conns = Arc::new(Self {
             node,
             limits,

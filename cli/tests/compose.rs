@@ -373,7 +373,7 @@ fn the_health_check_is_ctl_health_on_the_binary_the_dockerfile_installs() {
     let (runtime_from, runtime) = stages.last().unwrap();
     assert!(
         instructions(build, "RUN").any(|run| run.contains("cargo build")
-            && run.contains("-p understudy-server")
+            && run.contains("-p understudy ")
             && run.contains("--bin understudy")),
         "the build stage builds the understudy binary"
     );

@@ -6,7 +6,7 @@
 //! a bound of where it started, no task or connection left behind.
 //!
 //! CI runs it for 40 s. The long run:
-//! `UNDERSTUDY_SOAK_SECS=1800 cargo test -p understudy-server --test soak_processes -- --nocapture`;
+//! `UNDERSTUDY_SOAK_SECS=1800 cargo test -p understudy --test soak_processes -- --nocapture`;
 //! `UNDERSTUDY_SOAK_SEED=N` replays a run's choices.
 
 mod common;

@@ -1,13 +1,49 @@
 //! The `understudy` binary: parse and validate configuration (exit code 64
 //! on invalid values), set up logging, bind, serve until SIGINT or SIGTERM;
-//! or run an admin command (`understudy ctl ...`) against a running node.
+//! or run an admin command (`understudy ctl ...`) against a running node,
+//! a whole cluster in this process (`understudy sim`), or a chaos scenario
+//! with its providers and consumers (`understudy chaos run`).
+//!
+//! It is a package of its own because it joins two libraries that must
+//! not depend on each other: the server (`understudy-server`) and the
+//! chaos rig (`understudy-rig`), which depends on the server and on the
+//! bundled client.
 
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::Parser;
-use understudy_server::config::{Cli, Command};
+use clap::{Parser, Subcommand};
+use understudy_server::config::{Command as NodeCommand, ServeArgs};
 use understudy_server::{run, Listeners};
+
+/// The command line: the server's commands and `chaos`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "understudy",
+    version,
+    about = "A service registry that stands in for Nacos"
+)]
+#[command(args_conflicts_with_subcommands = true)]
+struct Cli {
+    /// What to do; `serve` when absent.
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// Settings for the default `serve`.
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+#[derive(Debug, Subcommand)]
+// Built once per process from the command line.
+#[allow(clippy::large_enum_variant)]
+enum Command {
+    #[command(flatten)]
+    Node(NodeCommand),
+    /// Chaos scenarios: `chaos run FILE` runs one against a sim cluster
+    /// with the registry workload, serving providers and consumers, and
+    /// writes its report.
+    Chaos(understudy_rig::ChaosArgs),
+}
 
 /// sysexits' EX_USAGE: the command line or config was wrong.
 const EXIT_USAGE: u8 = 64;
@@ -21,9 +57,9 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    match cli.command {
-        Some(Command::Ctl(args)) => return understudy_server::ctl::main(args),
-        Some(Command::Sim(args)) => {
+    let serve_args = match cli.command {
+        Some(Command::Node(NodeCommand::Ctl(args))) => return understudy_server::ctl::main(args),
+        Some(Command::Node(NodeCommand::Sim(args))) => {
             init_logging(&args.log);
             return match sim(args) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -34,7 +70,7 @@ fn main() -> ExitCode {
             };
         }
         Some(Command::Chaos(args)) => {
-            let understudy_server::chaos::ChaosCommand::Run(args) = args.command;
+            let understudy_rig::ChaosCommand::Run(args) = args.command;
             init_logging(&args.log);
             return match chaos(args) {
                 Ok(true) => ExitCode::SUCCESS,
@@ -48,9 +84,10 @@ fn main() -> ExitCode {
                 }
             };
         }
-        _ => {}
-    }
-    let config = match cli.into_serve_args().resolve() {
+        Some(Command::Node(NodeCommand::Serve(args))) => args,
+        None => cli.serve,
+    };
+    let config = match serve_args.resolve() {
         Ok(config) => config,
         Err(e) => {
             eprintln!("understudy: {e}");
@@ -81,8 +118,8 @@ async fn sim(args: understudy_server::sim::SimArgs) -> anyhow::Result<()> {
 }
 
 #[tokio::main]
-async fn chaos(args: understudy_server::chaos::RunArgs) -> anyhow::Result<bool> {
-    Ok(understudy_server::chaos::main(args).await?)
+async fn chaos(args: understudy_rig::RunArgs) -> anyhow::Result<bool> {
+    Ok(understudy_rig::main(args).await?)
 }
 
 #[tokio::main]

@@ -1,0 +1,147 @@
+//! One run of a scenario: start the sim cluster, the workloads, apply the
+//! timeline at its times, stop, wait for convergence, judge.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use understudy_server::raft::NodeId;
+use understudy_server::sim::{Sim, SimSpec};
+
+use crate::report::{AppliedStep, Convergence, Report};
+use crate::workload::{converge, sim_views, Targets, Workload};
+use crate::{lock, Action, ChaosError, Scenario};
+
+/// Runs `scenario` and reports.
+pub async fn run(scenario: &Scenario, scale: f64) -> Result<Report, ChaosError> {
+    let settings = understudy_server::config::Settings {
+        log: None,
+        ..understudy_server::sim::raft_timings(understudy_server::sim::heartbeat_for(
+            scenario.all_links(),
+        ))
+    };
+    let spec = SimSpec {
+        dcs: scenario.dcs.clone(),
+        links: scenario.links.clone(),
+        apply_delays: scenario.apply_delays.clone(),
+        seed: scenario.seed,
+        bind: std::net::IpAddr::from([127, 0, 0, 1]),
+        base_port: 0,
+        settings,
+    };
+    let mut sim = Sim::start(&spec, Duration::from_secs(30)).await?;
+    let targets = Targets::of(&sim);
+    let nodes: BTreeMap<NodeId, String> =
+        sim.nodes().values().map(|n| (n.id, n.dc.clone())).collect();
+
+    // Watchers first, so they see every registration.
+    let mut workload = Workload::watch(scenario, targets.clone()).await?;
+    let start = Instant::now();
+    workload.start(scenario, &sim);
+
+    // The timeline.
+    let mut schedule = Vec::new();
+    let mut heals = Vec::new();
+    for step in &scenario.steps {
+        tokio::time::sleep_until(start + step.at).await;
+        let applied = start.elapsed();
+        eprintln!(
+            "understudy chaos: {:>7.1} s of {:.1} s: {}",
+            applied.as_secs_f64(),
+            scenario.duration.as_secs_f64(),
+            step.action
+        );
+        apply_step(&mut sim, &targets, &step.action).await;
+        if matches!(step.action, Action::Heal(_)) {
+            heals.push((
+                step.at,
+                tokio::spawn(converge(
+                    sim_views(&sim),
+                    targets.killed.clone(),
+                    sim.faults().clone(),
+                )),
+            ));
+        }
+        schedule.push(AppliedStep {
+            at_ms: step.at.as_millis() as u64,
+            action: step.action.to_string(),
+            applied_ms: applied.as_millis() as u64,
+        });
+    }
+    tokio::time::sleep_until(start + scenario.duration).await;
+    eprintln!(
+        "understudy chaos: {:>7.1} s: the timeline is over; stopping the clients and waiting for convergence",
+        start.elapsed().as_secs_f64()
+    );
+    workload.stop_writing().await;
+    let mut converge_report = Vec::new();
+    for (at, task) in heals {
+        converge_report.push(Convergence {
+            heal_at_ms: at.as_millis() as u64,
+            converged_ms: task.await.ok().flatten().map(|d| d.as_millis() as u64),
+        });
+    }
+    // The end: every live node settles on the same log, then the
+    // watchers on the registry's list.
+    let settled = converge(
+        sim_views(&sim),
+        targets.killed.clone(),
+        sim.faults().clone(),
+    )
+    .await
+    .is_some();
+    let (dcs, writes, watch) = workload.finish().await?;
+    let loss_patterns = sim
+        .faults()
+        .loss_patterns()
+        .into_iter()
+        .map(|(from, to, pattern)| (format!("{from}->{to}"), pattern))
+        .collect();
+    sim.stop().await;
+    Ok(Report {
+        scenario: scenario.name.clone(),
+        seed: scenario.seed,
+        scale,
+        nodes,
+        duration_ms: scenario.duration.as_millis() as u64,
+        dcs,
+        writes,
+        watch,
+        converge: converge_report,
+        schedule,
+        loss_patterns,
+        settled,
+        consumers: Vec::new(),
+        stale_window: BTreeMap::new(),
+        provider_faults: Vec::new(),
+        call_loss_patterns: BTreeMap::new(),
+    })
+}
+
+async fn apply_step(sim: &mut Sim, targets: &Targets, action: &Action) {
+    let faults = sim.faults().clone();
+    match action {
+        Action::Partition(a, b) => faults.partition(a, b),
+        Action::Heal(Some((a, b))) => faults.heal_dcs(a, b),
+        Action::Heal(None) => faults.heal_all(),
+        Action::Link(spec) => {
+            // Validated when the scenario was parsed.
+            let _ = faults.apply(spec);
+        }
+        Action::ApplyDelay(dc, delay) => faults.set_apply_delay(dc, *delay),
+        Action::Push(dc, fault) => {
+            let _ = faults.set_push_fault(dc, *fault);
+        }
+        Action::Kill(id) => {
+            lock(&targets.killed).insert(*id);
+            sim.kill(*id);
+        }
+        Action::Pause(id) => faults.pause(*id),
+        Action::Resume(id) => faults.resume(*id),
+        Action::KillProviders(_)
+        | Action::RestartProviders(_)
+        | Action::PauseProvider(..)
+        | Action::SlowProviders { .. }
+        | Action::CallLink(_) => {}
+    }
+}
