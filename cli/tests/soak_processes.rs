@@ -441,7 +441,7 @@ async fn watcher(
                     }
                     token = event.token;
                 }
-                None => {}
+                Some(watch_event::Event::Progress(_)) | None => {}
             }
         }
         counts.watch_reconnects.fetch_add(1, Ordering::Relaxed);

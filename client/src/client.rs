@@ -1,12 +1,12 @@
 //! The client handle: endpoints, backoff, and ownership of the background
 //! tasks (directories' watches).
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use understudy_core::ServiceKey;
+use understudy_core::{GroupName, NamespaceId, ServiceKey};
 use understudy_proto::native::registry_client::RegistryClient;
 use understudy_proto::native::LoginRequest;
 
@@ -46,6 +46,8 @@ pub struct ClientBuilder {
     cache_dir: Option<std::path::PathBuf>,
     credentials: Option<Credentials>,
     tls_ca: Option<Arc<[u8]>>,
+    probe_min: Option<Duration>,
+    probe_max: Option<Duration>,
 }
 
 /// A user's name and password, exchanged for a token with the server.
@@ -81,9 +83,24 @@ impl ClientBuilder {
         self
     }
 
-    /// The client's own datacenter: its endpoints are tried first.
+    /// The client's own datacenter: its endpoints are tried first, and a
+    /// watch or session that had to fail over to another DC's endpoint
+    /// comes back to one of them once it answers again (see
+    /// [`home_probe`](Self::home_probe)).
     pub fn local_dc(mut self, dc: impl Into<String>) -> Self {
         self.local_dc = Some(dc.into());
+        self
+    }
+
+    /// While following another DC's endpoint, how often the local DC's
+    /// endpoints are probed: first after `min`, then doubling up to `max`
+    /// while they do not answer (default 1 s to 10 s). Once one answers,
+    /// watches resume there from their last revision and the session
+    /// registers there before it leaves the other DC's node, so neither
+    /// has a gap.
+    pub fn home_probe(mut self, min: Duration, max: Duration) -> Self {
+        self.probe_min = Some(min);
+        self.probe_max = Some(max);
         self
     }
 
@@ -154,6 +171,13 @@ impl ClientBuilder {
                 message: "backoff needs 0 < min <= max".into(),
             });
         }
+        let probe_min = self.probe_min.unwrap_or(Duration::from_secs(1));
+        let probe_max = self.probe_max.unwrap_or(Duration::from_secs(10));
+        if probe_min.is_zero() || probe_max < probe_min {
+            return Err(ClientError::Config {
+                message: "home_probe needs 0 < min <= max".into(),
+            });
+        }
         let mut endpoints = self.endpoints;
         for endpoint in &mut endpoints {
             endpoint.tls_ca = self.tls_ca.clone();
@@ -162,9 +186,22 @@ impl ClientBuilder {
         if let Some(local) = &self.local_dc {
             endpoints.sort_by_key(|e| e.dc.as_deref() != Some(local.as_str()));
         }
+        // With no local DC, or none of its endpoints given, every endpoint
+        // is as good as any other: there is no home to come back to.
+        let home = match &self.local_dc {
+            Some(local) => endpoints
+                .iter()
+                .take_while(|e| e.dc.as_deref() == Some(local.as_str()))
+                .count(),
+            None => 0,
+        };
         Ok(Client {
             inner: Arc::new(Inner {
                 endpoints,
+                home,
+                probe_min,
+                probe_max,
+                started_ms: wall_ms(),
                 backoff_min: min,
                 backoff_max: max,
                 connect_timeout: self.connect_timeout.unwrap_or(Duration::from_secs(3)),
@@ -184,6 +221,13 @@ impl ClientBuilder {
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub(crate) endpoints: Vec<Endpoint>,
+    /// How many of the first endpoints are the local DC's (0: no home).
+    pub(crate) home: usize,
+    probe_min: Duration,
+    probe_max: Duration,
+    /// When the client was built, epoch ms: the provider's start time its
+    /// registrations carry (metadata `timestamp`, as Dubbo sets it).
+    pub(crate) started_ms: u64,
     pub(crate) backoff_min: Duration,
     pub(crate) backoff_max: Duration,
     pub(crate) connect_timeout: Duration,
@@ -267,6 +311,61 @@ impl Inner {
     }
 }
 
+/// Epoch milliseconds now.
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Waits until one of the local DC's endpoints answers a listing,
+/// probing after the client's `probe_min`, then backing off to its
+/// `probe_max`; answers its index. Never returns when the client has no
+/// home or is gone. Holds the client only while probing.
+pub(crate) async fn home_answers(inner: &Weak<Inner>) -> usize {
+    let Some((home, mut wait, max)) = inner.upgrade().map(|i| (i.home, i.probe_min, i.probe_max))
+    else {
+        return std::future::pending().await;
+    };
+    if home == 0 {
+        return std::future::pending().await;
+    }
+    loop {
+        tokio::time::sleep(wait).await;
+        let Some(client) = inner.upgrade() else {
+            return std::future::pending().await;
+        };
+        for index in 0..home {
+            if client.answers(&client.endpoints[index]).await {
+                return index;
+            }
+        }
+        wait = (wait * 2).min(max);
+    }
+}
+
+impl Inner {
+    /// Whether `endpoint` answers a cheap call within the connect timeout.
+    async fn answers(&self, endpoint: &Endpoint) -> bool {
+        let probe = async {
+            let channel = connect(endpoint, self.connect_timeout).await.ok()?;
+            let request = self
+                .request(&channel, understudy_proto::native::ListNamespacesRequest {})
+                .await
+                .ok()?;
+            RegistryClient::new(channel)
+                .list_namespaces(request)
+                .await
+                .ok()
+        };
+        tokio::time::timeout(self.connect_timeout * 2, probe)
+            .await
+            .ok()
+            .flatten()
+            .is_some()
+    }
+}
+
 /// Where a reconnecting task stands: consecutive failures and the next
 /// endpoint to try.
 #[derive(Debug, Default)]
@@ -278,7 +377,22 @@ pub(crate) struct Reconnect {
 impl Reconnect {
     /// The endpoint to try now.
     pub(crate) fn endpoint(&self, inner: &Inner) -> Endpoint {
-        inner.endpoints[self.next % inner.endpoints.len()].clone()
+        inner.endpoints[self.index(inner)].clone()
+    }
+
+    fn index(&self, inner: &Inner) -> usize {
+        self.next % inner.endpoints.len()
+    }
+
+    /// Whether the task follows another DC's endpoint while it has a home.
+    pub(crate) fn away(&self, inner: &Inner) -> bool {
+        inner.home > 0 && self.index(inner) >= inner.home
+    }
+
+    /// Go to the home endpoint `index` next, at once.
+    pub(crate) fn go_home(&mut self, index: usize) {
+        self.next = index;
+        self.failures = 0;
     }
 
     /// The connection works (it delivered something).
@@ -336,6 +450,16 @@ impl Client {
         directory
     }
 
+    /// Every service of `namespace`, or of one `group` of it, with its
+    /// instances, kept current in the background: services appear and go
+    /// as they are created and deleted. Must be called inside a tokio
+    /// runtime.
+    pub fn view(&self, namespace: NamespaceId, group: Option<GroupName>) -> crate::View {
+        let (view, task) = crate::View::start(self.inner.clone(), namespace, group);
+        self.inner.tasks.spawn(task);
+        view
+    }
+
     fn session(&self) -> tokio::sync::mpsc::Sender<crate::session::Request> {
         let mut session = self.inner.session.lock().unwrap_or_else(|p| p.into_inner());
         session
@@ -368,6 +492,23 @@ impl Client {
         answer.await.map_err(|_| ClientError::Unavailable {
             message: "the session was lost before the server answered; it is registered again on reconnect".into(),
         })?
+    }
+
+    /// Registers `instances` of `service` after `delay` (Dubbo's `delay`:
+    /// a provider that serves at once but is announced only once it is
+    /// ready); the wait ends early with [`ClientError::Closed`] when the
+    /// client is shut down.
+    pub async fn register_after(
+        &self,
+        delay: Duration,
+        service: ServiceKey,
+        instances: Vec<crate::InstanceSpec>,
+    ) -> Result<(), ClientError> {
+        tokio::select! {
+            () = self.inner.cancel.cancelled() => return Err(ClientError::Closed),
+            () = tokio::time::sleep(delay) => {}
+        }
+        self.register(service, instances).await
     }
 
     /// Removes this client's instances of `service`.

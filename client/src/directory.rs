@@ -6,16 +6,15 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
 
 use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 use understudy_core::ServiceKey;
-use understudy_proto::native::registry_client::RegistryClient;
-use understudy_proto::native::{self, change, watch_event, ResumeToken, WatchEvent, WatchRequest};
+use understudy_proto::native::{self, change, watch_event, WatchRequest};
 
-use crate::client::{connect, Endpoint, Inner, Reconnect};
+use crate::client::Inner;
+use crate::watch::{Follow, Job, ServedBy};
 use crate::{ClientError, EmptyProtection};
 
 /// An instance as a directory shows it.
@@ -72,7 +71,15 @@ struct Shared {
     ready: watch::Sender<bool>,
     held_back: AtomicU64,
     revision: AtomicU64,
+    /// Whether the server says the service exists: [`UNKNOWN`], [`EXISTS`]
+    /// or [`MISSING`].
+    existence: AtomicU8,
+    served: watch::Sender<Option<ServedBy>>,
 }
+
+const UNKNOWN: u8 = 0;
+const EXISTS: u8 = 1;
+const MISSING: u8 = 2;
 
 /// The live instance list of one service.
 #[derive(Debug, Clone)]
@@ -102,8 +109,16 @@ impl Directory {
             ready: watch::channel(ready).0,
             held_back: AtomicU64::new(0),
             revision: AtomicU64::new(0),
+            existence: AtomicU8::new(UNKNOWN),
+            served: watch::channel(None).0,
         });
-        let task = run(Arc::downgrade(&inner), inner.cancel.clone(), shared.clone());
+        let follower = Follower {
+            shared: shared.clone(),
+            protection: inner.empty_protection,
+            state: BTreeMap::new(),
+            reset: None,
+        };
+        let task = crate::watch::run(Arc::downgrade(&inner), inner.cancel.clone(), follower);
         (Self { shared }, task)
     }
 
@@ -140,6 +155,29 @@ impl Directory {
     /// The revision of the last event applied.
     pub fn revision(&self) -> u64 {
         self.shared.revision.load(Ordering::Relaxed)
+    }
+
+    /// Which node the directory follows now, its DC and how far it lags,
+    /// as the node last said (every second); `None` while reconnecting.
+    pub fn served_by(&self) -> Option<ServedBy> {
+        self.shared.served.borrow().clone()
+    }
+
+    /// Follows [`served_by`](Self::served_by).
+    pub fn served_by_changes(&self) -> watch::Receiver<Option<ServedBy>> {
+        self.shared.served.subscribe()
+    }
+
+    /// Whether the service exists, as the server last said: `None` before
+    /// its first answer. A service that does not exist is not one whose
+    /// list is empty: a consumer asking for the wrong namespace or group
+    /// sees `Some(false)`.
+    pub fn exists(&self) -> Option<bool> {
+        match self.shared.existence.load(Ordering::Relaxed) {
+            EXISTS => Some(true),
+            MISSING => Some(false),
+            _ => None,
+        }
     }
 }
 
@@ -181,19 +219,49 @@ async fn save(path: std::path::PathBuf, list: Arc<[Instance]>) {
 struct Follower {
     shared: Arc<Shared>,
     protection: EmptyProtection,
-    token: Option<ResumeToken>,
     state: BTreeMap<Key, Instance>,
     reset: Option<BTreeMap<Key, Instance>>,
 }
 
+impl Follow for Follower {
+    fn request(&self) -> WatchRequest {
+        let service = &self.shared.service;
+        WatchRequest {
+            namespace: service.namespace.to_string(),
+            group: service.group.to_string(),
+            service: service.name.to_string(),
+            ..WatchRequest::default()
+        }
+    }
+
+    fn restart(&mut self) {
+        self.reset = None;
+    }
+
+    fn apply(&mut self, event: watch_event::Event) -> Option<Job> {
+        let list = self.apply_event(event)?;
+        let path = self.shared.cache.clone()?;
+        Some(Box::pin(save(path, list)))
+    }
+
+    fn complete(&self) -> bool {
+        self.reset.is_none()
+    }
+
+    fn reached(&mut self, revision: u64) {
+        self.shared.revision.store(revision, Ordering::Relaxed);
+    }
+
+    fn served(&self) -> &watch::Sender<Option<ServedBy>> {
+        &self.shared.served
+    }
+}
+
 impl Follower {
     /// Applies an event; returns the list if one was published.
-    fn apply(&mut self, event: WatchEvent) -> Option<Arc<[Instance]>> {
-        if event.token.is_some() {
-            self.token = event.token;
-        }
-        let cause = match event.event {
-            Some(watch_event::Event::Reset(reset)) => {
+    fn apply_event(&mut self, event: watch_event::Event) -> Option<Arc<[Instance]>> {
+        let cause = match event {
+            watch_event::Event::Reset(reset) => {
                 let pending = self.reset.get_or_insert_with(BTreeMap::new);
                 for state in reset.services {
                     for instance in state.instances {
@@ -205,12 +273,14 @@ impl Follower {
                     return None;
                 }
                 self.state = self.reset.take().unwrap_or_default();
+                self.exists(reset.exists);
                 None
             }
-            Some(watch_event::Event::Change(c)) => match c.kind {
+            watch_event::Event::Change(c) => match c.kind {
                 Some(change::Kind::Upsert(instance)) => {
                     let instance = Instance::from(instance);
                     self.state.insert(key_of(&instance), instance);
+                    self.exists(true);
                     None
                 }
                 Some(change::Kind::Removed(removed)) => {
@@ -222,18 +292,23 @@ impl Follower {
                 }
                 Some(change::Kind::DoesNotExist(_)) => {
                     self.state.clear();
+                    self.exists(false);
                     Some(native::RemovalCause::Deregistered)
                 }
-                Some(change::Kind::Created(_)) | None => return None,
+                Some(change::Kind::Created(_)) => {
+                    self.exists(true);
+                    return None;
+                }
+                None => return None,
             },
-            None => return None,
+            watch_event::Event::Progress(_) => return None,
         };
-        if let Some(token) = &self.token {
-            self.shared
-                .revision
-                .store(token.revision, Ordering::Relaxed);
-        }
         self.publish(cause)
+    }
+
+    fn exists(&self, exists: bool) {
+        let value = if exists { EXISTS } else { MISSING };
+        self.shared.existence.store(value, Ordering::Relaxed);
     }
 
     fn publish(&self, cause: Option<native::RemovalCause>) -> Option<Arc<[Instance]>> {
@@ -253,68 +328,5 @@ impl Follower {
         };
         self.shared.ready.send_replace(true);
         published
-    }
-}
-
-async fn watch_once(
-    inner: &Inner,
-    endpoint: &Endpoint,
-    follower: &mut Follower,
-    reconnect: &mut Reconnect,
-) -> Result<(), String> {
-    let channel = connect(endpoint, inner.connect_timeout).await?;
-    let service = &follower.shared.service;
-    let request = WatchRequest {
-        namespace: service.namespace.to_string(),
-        group: service.group.to_string(),
-        service: service.name.to_string(),
-        resume: follower.token.clone(),
-    };
-    let request = inner.request(&channel, request).await?;
-    let mut stream = match RegistryClient::new(channel).watch(request).await {
-        Ok(stream) => stream.into_inner(),
-        Err(status) => return Err(inner.refused(status).await),
-    };
-    follower.reset = None;
-    while let Some(event) = stream.message().await.map_err(|s| s.message().to_owned())? {
-        reconnect.succeeded();
-        if let (Some(list), Some(path)) = (follower.apply(event), follower.shared.cache.clone()) {
-            save(path, list).await;
-        }
-    }
-    Err("the watch ended".to_owned())
-}
-
-async fn run(inner: Weak<Inner>, cancel: CancellationToken, shared: Arc<Shared>) {
-    let protection = match inner.upgrade() {
-        Some(inner) => inner.empty_protection,
-        None => return,
-    };
-    let mut follower = Follower {
-        shared,
-        protection,
-        token: None,
-        state: BTreeMap::new(),
-        reset: None,
-    };
-    let mut reconnect = Reconnect::default();
-    loop {
-        let Some(client) = inner.upgrade() else {
-            return;
-        };
-        let endpoint = reconnect.endpoint(&client);
-        let outcome = tokio::select! {
-            () = cancel.cancelled() => return,
-            outcome = watch_once(&client, &endpoint, &mut follower, &mut reconnect) => outcome,
-        };
-        if let Err(reason) = outcome {
-            tracing::debug!(endpoint = %endpoint.uri, %reason, "watch interrupted; reconnecting");
-        }
-        let delay = reconnect.failed(&client);
-        drop(client);
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            () = tokio::time::sleep(delay) => {}
-        }
     }
 }

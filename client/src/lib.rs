@@ -23,9 +23,13 @@ pub mod cluster;
 mod directory;
 mod error;
 mod session;
+mod view;
+mod watch;
 
 pub use client::{Client, ClientBuilder, EmptyProtection};
 pub use directory::{Directory, Instance};
 pub use error::ClientError;
 pub use session::InstanceSpec;
 pub use understudy_core as core;
+pub use view::{Services, View};
+pub use watch::ServedBy;

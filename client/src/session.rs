@@ -31,6 +31,9 @@ pub struct InstanceSpec {
     pub cluster: String,
     /// Metadata (`zone` sets the zone).
     pub metadata: BTreeMap<String, String>,
+    /// Listed but out of rotation: consumers do not choose it (what a
+    /// draining provider registers).
+    pub disabled: bool,
 }
 
 impl InstanceSpec {
@@ -43,18 +46,25 @@ impl InstanceSpec {
         }
     }
 
-    fn wire(&self) -> native::InstanceSpec {
+    /// The instance on the wire; its metadata gets the provider's start
+    /// time (`timestamp`, epoch ms, as Dubbo sets it) unless it has one,
+    /// so consumers warm it up from when it started.
+    fn wire(&self, started_ms: u64) -> native::InstanceSpec {
+        let mut metadata: std::collections::HashMap<String, String> = self
+            .metadata
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        metadata
+            .entry(crate::cluster::START_TIMESTAMP.to_owned())
+            .or_insert_with(|| started_ms.to_string());
         native::InstanceSpec {
             ip: self.ip.clone(),
             port: u32::from(self.port),
             weight: self.weight,
-            disabled: false,
+            disabled: self.disabled,
             cluster: self.cluster.clone(),
-            metadata: self
-                .metadata
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
+            metadata,
         }
     }
 }
@@ -74,12 +84,17 @@ fn service_ref(key: &ServiceKey) -> native::ServiceRef {
     native::ServiceRef::from(key)
 }
 
-fn register_request(id: u64, key: &ServiceKey, instances: &[InstanceSpec]) -> SessionRequest {
+fn register_request(
+    id: u64,
+    key: &ServiceKey,
+    instances: &[InstanceSpec],
+    started_ms: u64,
+) -> SessionRequest {
     SessionRequest {
         request_id: id,
         kind: Some(session_request::Kind::Register(native::Register {
             service: Some(service_ref(key)),
-            instances: instances.iter().map(InstanceSpec::wire).collect(),
+            instances: instances.iter().map(|i| i.wire(started_ms)).collect(),
         })),
     }
 }
@@ -95,6 +110,23 @@ enum Desire {
 /// changes what is registered again after a reconnect.
 type Pending = HashMap<u64, (oneshot::Sender<Result<(), ClientError>>, Desire)>;
 
+/// A session kept open while its successor registers: the request sender
+/// and the answer stream. Dropping it ends that session.
+type Held = (
+    mpsc::Sender<SessionRequest>,
+    tonic::Streaming<native::SessionResponse>,
+);
+
+/// How a session connection ended.
+enum Ended {
+    /// The client went away.
+    ClientGone,
+    /// It failed or the server ended it.
+    Failed(String),
+    /// Home answers again: register there, then let this one go.
+    Home(usize, Box<Held>),
+}
+
 /// Runs the provider session until the client goes away.
 pub(crate) async fn run(
     inner: Weak<Inner>,
@@ -104,6 +136,7 @@ pub(crate) async fn run(
 ) {
     let mut desired: BTreeMap<ServiceKey, Vec<InstanceSpec>> = BTreeMap::new();
     let mut reconnect = Reconnect::default();
+    let mut previous: Option<Held> = None;
     loop {
         let Some(client) = inner.upgrade() else {
             return;
@@ -111,20 +144,33 @@ pub(crate) async fn run(
         let endpoint = reconnect.endpoint(&client);
         let timeout = client.connect_timeout;
         drop(client);
-        let outcome = tokio::select! {
-            () = cancel.cancelled() => return,
-            outcome = session_once(&inner, &endpoint, timeout, keepalive, &mut desired, &mut requests, &mut reconnect) => outcome,
+        let once = Once {
+            inner: &inner,
+            endpoint: &endpoint,
+            timeout,
+            keepalive,
         };
-        match outcome {
-            Ok(()) => return, // the client went away
-            Err(reason) => {
-                tracing::debug!(endpoint = %endpoint.uri, %reason, "session interrupted; reconnecting")
-            }
-        }
+        let ended = tokio::select! {
+            () = cancel.cancelled() => return,
+            ended = once.run(&mut desired, &mut requests, &mut reconnect, previous.take()) => ended,
+        };
         let Some(client) = inner.upgrade() else {
             return;
         };
-        let delay = reconnect.failed(&client);
+        let delay = match ended {
+            Ended::ClientGone => return,
+            Ended::Failed(reason) => {
+                tracing::debug!(endpoint = %endpoint.uri, %reason, "session interrupted; reconnecting");
+                reconnect.failed(&client)
+            }
+            Ended::Home(index, held) => {
+                tracing::info!(from = %endpoint.uri, to = %client.endpoints[index].uri,
+                    "the local DC answers again; the session moves back");
+                previous = Some(*held);
+                reconnect.go_home(index);
+                Duration::ZERO
+            }
+        };
         drop(client);
         tokio::select! {
             () = cancel.cancelled() => return,
@@ -133,27 +179,53 @@ pub(crate) async fn run(
     }
 }
 
-/// One session connection. `Ok` when the client is gone, `Err` to reconnect.
-async fn session_once(
-    inner: &Weak<Inner>,
-    endpoint: &Endpoint,
+/// One session connection's settings.
+struct Once<'a> {
+    inner: &'a Weak<Inner>,
+    endpoint: &'a Endpoint,
     timeout: Duration,
     keepalive: Duration,
+}
+
+impl Once<'_> {
+    /// Runs one session connection. `previous`, the session this one
+    /// replaces, is kept open until everything wanted is registered here,
+    /// so a move between nodes never leaves the instances unowned.
+    async fn run(
+        &self,
+        desired: &mut BTreeMap<ServiceKey, Vec<InstanceSpec>>,
+        requests: &mut mpsc::Receiver<Request>,
+        reconnect: &mut Reconnect,
+        previous: Option<Held>,
+    ) -> Ended {
+        match session_once(self, desired, requests, reconnect, previous).await {
+            Ok(ended) => ended,
+            Err(reason) => Ended::Failed(reason),
+        }
+    }
+}
+
+/// One session connection; `Err` to reconnect.
+async fn session_once(
+    once: &Once<'_>,
     desired: &mut BTreeMap<ServiceKey, Vec<InstanceSpec>>,
     requests: &mut mpsc::Receiver<Request>,
     reconnect: &mut Reconnect,
-) -> Result<(), String> {
-    let channel = connect(endpoint, timeout).await?;
+    mut previous: Option<Held>,
+) -> Result<Ended, String> {
+    let (inner, keepalive) = (once.inner, once.keepalive);
+    let channel = connect(once.endpoint, once.timeout).await?;
     let (tx, outgoing) = mpsc::channel::<SessionRequest>(64);
     let outgoing = tokio_stream::wrappers::ReceiverStream::new(outgoing);
     let Some(client) = inner.upgrade() else {
-        return Ok(());
+        return Ok(Ended::ClientGone);
     };
     let request = client.request(&channel, outgoing).await?;
     let mut answers = match RegistryClient::new(channel).session(request).await {
         Ok(answers) => answers.into_inner(),
         Err(status) => return Err(client.refused(status).await),
     };
+    let (started_ms, away) = (client.started_ms, reconnect.away(&client));
     drop(client);
     let mut next_id: u64 = 1;
     let send = |request: SessionRequest| {
@@ -174,21 +246,34 @@ async fn session_once(
     })
     .await?;
     // Everything still wanted is registered again on every new session.
+    let mut registering = std::collections::HashSet::new();
     for (key, instances) in desired.iter() {
-        send(register_request(next_id, key, instances)).await?;
+        send(register_request(next_id, key, instances, started_ms)).await?;
+        registering.insert(next_id);
         next_id += 1;
+    }
+    if registering.is_empty() {
+        drop(previous.take());
     }
     let mut pending: Pending = HashMap::new();
     let mut ticker = tokio::time::interval(keepalive);
+    let home = async {
+        if away {
+            crate::client::home_answers(inner).await
+        } else {
+            std::future::pending().await
+        }
+    };
+    tokio::pin!(home);
     loop {
         tokio::select! {
             request = requests.recv() => {
-                let Some(request) = request else { return Ok(()) };
+                let Some(request) = request else { return Ok(Ended::ClientGone) };
                 let id = next_id;
                 next_id += 1;
                 let (message, reply, desire) = match request {
                     Request::Register(key, instances, reply) => {
-                        let message = register_request(id, &key, &instances);
+                        let message = register_request(id, &key, &instances, started_ms);
                         (message, reply, Desire::Register(key, instances))
                     }
                     Request::Deregister(key, reply) => {
@@ -207,6 +292,10 @@ async fn session_once(
             answer = answers.message() => {
                 let answer = answer.map_err(|s| s.message().to_owned())?.ok_or("the session ended")?;
                 reconnect.succeeded();
+                if registering.remove(&answer.request_id) && registering.is_empty() {
+                    // Registered here: the session this one replaces may go.
+                    drop(previous.take());
+                }
                 let Some((reply, desire)) = pending.remove(&answer.request_id) else { continue };
                 let outcome = match answer.kind {
                     Some(session_response::Kind::Error(e)) => Err(ClientError::Invalid { message: e.message }),
@@ -230,6 +319,10 @@ async fn session_once(
                     kind: Some(session_request::Kind::Keepalive(Keepalive {})),
                 })
                 .await?;
+            }
+            // Moves only with nothing in flight, so no caller loses its answer.
+            index = &mut home, if pending.is_empty() && registering.is_empty() => {
+                return Ok(Ended::Home(index, Box::new((tx.clone(), answers))));
             }
         }
     }

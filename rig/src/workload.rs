@@ -530,6 +530,7 @@ async fn watch(
             group: String::new(),
             service: SERVICE.to_owned(),
             resume: token.clone(),
+            progress_ms: 0,
         };
         let stream = async {
             let mut client = RegistryClient::connect(format!("http://{grpc}"))
@@ -589,7 +590,7 @@ async fn watch(
                     }
                     _ => {}
                 },
-                None => {}
+                Some(watch_event::Event::Progress(_)) | None => {}
             }
             if event.token.is_some() && resetting.is_none() {
                 token = event.token;

@@ -92,7 +92,9 @@ pub struct SimSpec {
     pub bind: IpAddr,
     /// Port layout (see [`SimArgs::base_port`]); 0: free ports.
     pub base_port: u16,
-    /// Settings every node gets (raft timings, log filter, ...).
+    /// Settings every node gets (raft timings, log filter, ...). A
+    /// `data_dir` is the root of the nodes' own: node N keeps its state in
+    /// `data_dir/node-N`, and can be [restarted](Sim::restart).
     pub settings: Settings,
 }
 
@@ -164,6 +166,8 @@ pub struct SimNode {
     pub grpc: SocketAddr,
     /// Its raft address.
     pub raft: SocketAddr,
+    /// Its settings, kept for a restart.
+    config: ValidConfig,
     serving: Option<Serving>,
 }
 
@@ -231,6 +235,11 @@ impl Sim {
                 raft_port: Some(raft.port()),
                 raft_advertise: Some(raft.to_string()),
                 peers: Some(peers),
+                data_dir: spec
+                    .settings
+                    .data_dir
+                    .as_ref()
+                    .map(|root| root.join(format!("node-{id}"))),
                 link: Some(spec.links.iter().map(ToString::to_string).collect()),
                 chaos_seed: Some(spec.seed),
                 apply_delay: Some(
@@ -242,7 +251,7 @@ impl Sim {
                 ..spec.settings.clone()
             };
             let config = ValidConfig::from_settings(settings)?;
-            let serving = crate::serve(config, listeners, faults.clone())
+            let serving = crate::serve(config.clone(), listeners, faults.clone())
                 .await
                 .map_err(|source| SimError::Io { node: id, source })?;
             nodes.insert(
@@ -253,6 +262,7 @@ impl Sim {
                     http,
                     grpc,
                     raft,
+                    config,
                     serving: Some(serving),
                 },
             );
@@ -316,6 +326,52 @@ impl Sim {
             }
             None => false,
         }
+    }
+
+    /// Starts killed node `id` again on its old ports from its data dir,
+    /// as a restarted process comes back. Only a sim with a data dir can
+    /// restart nodes: a raft node must not forget its log and its vote.
+    /// `false` when it is running already.
+    pub async fn restart(&mut self, id: NodeId) -> Result<bool, SimError> {
+        let Some(node) = self.nodes.get_mut(&id) else {
+            return Ok(false);
+        };
+        if node.serving.is_some() {
+            return Ok(false);
+        }
+        if node.config.data_dir.is_none() {
+            return Err(SimError::Invalid {
+                key: "restart",
+                reason: format!(
+                    "node {id} keeps its state in memory; only a sim with a data dir restarts nodes"
+                ),
+            });
+        }
+        let io = |source| SimError::Io { node: id, source };
+        // The killed node's sockets may still be closing: retry briefly.
+        let mut tries = 0;
+        let listeners = loop {
+            let bound = async {
+                Ok::<_, std::io::Error>(Listeners {
+                    http: TcpListener::bind(node.http).await?,
+                    grpc: TcpListener::bind(node.grpc).await?,
+                    raft: Some(TcpListener::bind(node.raft).await?),
+                })
+            };
+            match bound.await {
+                Ok(listeners) => break listeners,
+                Err(e) if tries >= 50 => return Err(io(e)),
+                Err(_) => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        };
+        let serving = crate::serve(node.config.clone(), listeners, self.faults.clone())
+            .await
+            .map_err(io)?;
+        node.serving = Some(serving);
+        Ok(true)
     }
 
     /// Stops every node gracefully, and waits for killed ones to wind down.

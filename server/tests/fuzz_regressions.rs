@@ -344,6 +344,7 @@ fn native_seeds() -> Vec<(&'static str, Vec<u8>)> {
                         cluster_id: "1-1-1".to_owned(),
                         revision: 7,
                     }),
+                    progress_ms: 0,
                 }
                 .encode_to_vec(),
             ),

@@ -23,6 +23,7 @@ fn service_watch(service: &str, resume: Option<ResumeToken>) -> WatchRequest {
         group: String::new(),
         service: service.to_owned(),
         resume,
+        progress_ms: 0,
     }
 }
 
@@ -193,6 +194,7 @@ async fn a_watcher_that_falls_behind_is_reset_and_writers_are_not_held_up() -> a
         group: String::new(),
         service: String::new(),
         resume: None,
+        progress_ms: 0,
     };
     let mut stream = client.watch(view).await?.into_inner();
     next(&mut stream).await; // the initial (empty) snapshot
@@ -346,6 +348,7 @@ async fn a_namespace_view_of_10000_services_streams_in_bounded_pieces() -> anyho
         group: String::new(),
         service: String::new(),
         resume: None,
+        progress_ms: 0,
     };
     let mut stream = client.watch(view).await?.into_inner();
     let mut services = 0;

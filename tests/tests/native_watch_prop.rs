@@ -63,6 +63,7 @@ async fn watch(mut client: RegistryClient<tonic::transport::Channel>, log: Arc<M
         group: String::new(),
         service: SERVICE.to_owned(),
         resume,
+        progress_ms: 0,
     };
     let Ok(response) = client.watch(request).await else {
         return;
@@ -90,7 +91,7 @@ async fn watch(mut client: RegistryClient<tonic::transport::Channel>, log: Arc<M
                 Some(kind) => Seen::Change(revision, describe(kind)),
                 None => continue,
             },
-            None => continue,
+            Some(watch_event::Event::Progress(_)) | None => continue,
         };
         let mut log = log.lock().unwrap();
         log.token = event.token.clone();

@@ -1,7 +1,8 @@
 //! A provider's graceful stop against a real server: consumers see the
-//! instance go before the provider drains its calls in flight and closes,
-//! a drain that outlasts its bound is reported with what was left, and a
-//! registry that is gone does not keep the provider from closing.
+//! instance out of rotation (listed, disabled) before the provider drains
+//! its calls in flight, it is deregistered only after the drain, and then
+//! closes; a drain that outlasts its bound is reported with what was left,
+//! and a registry that is gone does not keep the provider from closing.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -37,6 +38,14 @@ fn lists_provider(directory: &Directory) -> bool {
         .any(|i| i.ip == IP && i.port == PORT)
 }
 
+/// Listed and enabled: what a consumer would choose.
+fn offers_provider(directory: &Directory) -> bool {
+    directory
+        .instances()
+        .iter()
+        .any(|i| i.ip == IP && i.port == PORT && i.enabled)
+}
+
 /// A provider registered through the client and a consumer that sees it.
 async fn provider_and_consumer(
     server: &Server,
@@ -60,7 +69,7 @@ async fn provider_and_consumer(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn consumers_lose_a_stopping_provider_before_it_drains_its_calls_and_closes(
+async fn consumers_stop_choosing_a_stopping_provider_before_it_drains_then_it_is_deregistered(
 ) -> anyhow::Result<()> {
     let server = Server::start(Settings::default()).await?;
     let (provider, consumer, directory) = provider_and_consumer(&server, "graceful").await?;
@@ -68,8 +77,9 @@ async fn consumers_lose_a_stopping_provider_before_it_drains_its_calls_and_close
     let call = in_flight.enter();
     let closed = Arc::new(AtomicBool::new(false));
 
-    // The call ends only once the consumer has seen the removal, so the
-    // stop cannot have drained (nor closed) before consumers saw it go.
+    // The call ends only once the consumer has seen the provider out of
+    // rotation, so the stop cannot have drained (nor deregistered, nor
+    // closed) before consumers stopped choosing it.
     let released = Arc::new(AtomicBool::new(false));
     let release = tokio::spawn({
         let directory = directory.clone();
@@ -77,14 +87,15 @@ async fn consumers_lose_a_stopping_provider_before_it_drains_its_calls_and_close
         let (closed, released) = (closed.clone(), released.clone());
         async move {
             let gone = eventually(Duration::from_secs(3), || async {
-                !lists_provider(&directory)
+                !offers_provider(&directory)
             })
             .await;
+            let still_listed = lists_provider(&directory);
             let in_flight_when_gone = in_flight.count();
             let closed_when_gone = closed.load(Ordering::SeqCst);
             released.store(true, Ordering::SeqCst);
             drop(call);
-            (gone, in_flight_when_gone, closed_when_gone)
+            (gone, still_listed, in_flight_when_gone, closed_when_gone)
         }
     });
 
@@ -101,8 +112,12 @@ async fn consumers_lose_a_stopping_provider_before_it_drains_its_calls_and_close
         async {
             closed.store(true, Ordering::SeqCst);
             // What the provider's server would see as it shuts down.
+            let deregistered = eventually(Duration::from_secs(3), || async {
+                !lists_provider(&directory)
+            })
+            .await;
             (
-                !lists_provider(&directory),
+                deregistered,
                 released.load(Ordering::SeqCst),
                 in_flight.count(),
             )
@@ -110,8 +125,12 @@ async fn consumers_lose_a_stopping_provider_before_it_drains_its_calls_and_close
     )
     .await;
 
-    let (gone, in_flight_when_gone, closed_when_gone) = release.await?;
-    assert!(gone, "the consumer still lists the provider");
+    let (gone, still_listed, in_flight_when_gone, closed_when_gone) = release.await?;
+    assert!(gone, "the consumer still offers the provider");
+    assert!(
+        still_listed,
+        "the provider was deregistered before its calls drained"
+    );
     assert_eq!(
         in_flight_when_gone, 1,
         "the consumer saw the removal while the call was in flight"
@@ -123,8 +142,9 @@ async fn consumers_lose_a_stopping_provider_before_it_drains_its_calls_and_close
     assert_eq!(
         report.closed,
         (true, true, 0),
-        "close ran after the removal was seen and the call finished"
+        "close ran after the change was seen, the call finished and the deregistration"
     );
+    assert_eq!(report.disabling, Deregistration::Done);
     assert_eq!(report.deregistration, Deregistration::Done);
     assert!(
         matches!(report.removal, Removal::Seen { after } if after < Duration::from_secs(3)),

@@ -25,6 +25,7 @@ async fn watch(
             group: String::new(),
             service: SERVICE.to_owned(),
             resume,
+            progress_ms: 0,
         })
         .await?
         .into_inner())
@@ -51,7 +52,7 @@ async fn next_upsert(
             Some(watch_event::Event::Reset(r)) => {
                 anyhow::bail!("a reset ({:?}) instead of the missed changes", r.reason())
             }
-            None => {}
+            Some(watch_event::Event::Progress(_)) | None => {}
         }
     }
 }

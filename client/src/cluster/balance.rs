@@ -234,9 +234,13 @@ impl LoadBalance for LeastActive {
 }
 
 /// Dubbo's `shortestresponse`: the target whose average successful latency
-/// times its calls in flight plus one is the smallest, that is the one
-/// expected to answer first; a tie is broken by a weighted random pick.
-/// A target never called counts as instant, so a new instance gets tried.
+/// over the last [`RESPONSE_WINDOW`] times its calls in flight plus one is
+/// the smallest, that is the one expected to answer first; a tie is broken
+/// by a weighted random pick. A target with no successful call in the
+/// window counts as instant, so a new instance gets tried, and so does one
+/// that was slow once and has not been called since.
+///
+/// [`RESPONSE_WINDOW`]: super::stats::RESPONSE_WINDOW
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShortestResponse {
     /// How long a new instance takes to reach its full weight (for ties).
@@ -257,7 +261,10 @@ impl LoadBalance for ShortestResponse {
             .iter()
             .map(|&i| {
                 let stats = &targets[i].stats;
-                let latency = stats.success_latency().unwrap_or_default().as_nanos();
+                let latency = stats
+                    .recent_success_latency(cx.now)
+                    .unwrap_or_default()
+                    .as_nanos();
                 latency.saturating_mul(u128::from(stats.active()) + 1)
             })
             .collect();

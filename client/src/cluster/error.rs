@@ -116,6 +116,15 @@ pub enum ClusterError {
         /// How many instances are open.
         open: usize,
     },
+    /// The whole call's deadline passed before any attempt answered; the
+    /// attempt in flight then was abandoned.
+    #[error("{method} did not finish within its deadline of {deadline:?}")]
+    DeadlineExceeded {
+        /// The method.
+        method: String,
+        /// The deadline.
+        deadline: Duration,
+    },
     /// A consumer-side limit refused the call.
     #[error("limit exceeded for {method}: {limit}")]
     LimitExceeded {
@@ -153,7 +162,7 @@ impl ClusterError {
             ClusterError::NoProvider { .. }
             | ClusterError::CircuitOpen { .. }
             | ClusterError::LimitExceeded { .. } => true,
-            ClusterError::Timeout { .. } => false,
+            ClusterError::Timeout { .. } | ClusterError::DeadlineExceeded { .. } => false,
             ClusterError::BudgetExhausted { last, .. } => last.never_reached_provider(),
         }
     }
@@ -172,7 +181,7 @@ impl ClusterError {
     /// Whether it is a timeout.
     pub fn is_timeout(&self) -> bool {
         match self {
-            ClusterError::Timeout { .. } => true,
+            ClusterError::Timeout { .. } | ClusterError::DeadlineExceeded { .. } => true,
             ClusterError::BudgetExhausted { last, .. } => last.is_timeout(),
             _ => false,
         }

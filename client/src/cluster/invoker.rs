@@ -150,12 +150,37 @@ pub struct ClusterBuilder {
     balancer: Arc<dyn LoadBalance>,
     strategy: Strategy,
     timeout: Duration,
+    deadline: Option<Duration>,
     breaker: BreakerRules,
     max_ejection: f64,
     concurrency: Option<usize>,
     rate: Option<(u32, Duration)>,
     pub(super) budget: RetryBudget,
     seed: Option<u64>,
+    wall_clock: WallClock,
+}
+
+/// Milliseconds since the Unix epoch, now: how provider start timestamps
+/// (metadata `timestamp`, as Dubbo sets it) are turned into uptimes.
+#[derive(Clone)]
+struct WallClock(Arc<dyn Fn() -> u64 + Send + Sync>);
+
+impl std::fmt::Debug for WallClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WallClock")
+    }
+}
+
+/// The metadata key of a provider's start time, epoch milliseconds
+/// (Dubbo's `timestamp`; the bundled client sets it when registering).
+pub const START_TIMESTAMP: &str = "timestamp";
+
+fn system_clock() -> WallClock {
+    WallClock(Arc::new(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+    }))
 }
 
 impl Default for ClusterBuilder {
@@ -166,12 +191,14 @@ impl Default for ClusterBuilder {
             balancer: Arc::new(WeightedRandom::new()),
             strategy: Strategy::failover(),
             timeout: Duration::from_millis(1000),
+            deadline: None,
             breaker: BreakerRules::default(),
             max_ejection: 0.5,
             concurrency: None,
             rate: None,
             budget: RetryBudget::default(),
             seed: None,
+            wall_clock: system_clock(),
         }
     }
 }
@@ -214,6 +241,14 @@ impl ClusterBuilder {
         self
     }
 
+    /// The whole call's deadline across its attempts, unless the
+    /// invocation sets one (none by default, as in Dubbo, where
+    /// failover(2) with a 3 s timeout may take 9 s).
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
     /// The circuit breaker rules of every instance.
     pub fn breaker(mut self, rules: BreakerRules) -> Self {
         self.breaker = rules;
@@ -252,11 +287,18 @@ impl ClusterBuilder {
         self
     }
 
+    /// The wall clock in epoch milliseconds (the system's by default),
+    /// against which providers' start timestamps are read.
+    pub fn wall_clock(mut self, clock: impl Fn() -> u64 + Send + Sync + 'static) -> Self {
+        self.wall_clock = WallClock(Arc::new(clock));
+        self
+    }
+
     /// A cluster over a directory's list. Must be called inside a tokio
     /// runtime.
     pub fn build(self, directory: &Directory) -> Result<Cluster, ClientError> {
         let service = directory.service().to_string();
-        self.build_on(service, directory.changes())
+        self.build_from(service, directory.changes(), Some(directory.clone()))
     }
 
     /// A cluster over any list of instances (tests, simulations, lists
@@ -265,6 +307,15 @@ impl ClusterBuilder {
         self,
         service: impl Into<String>,
         instances: watch::Receiver<Arc<[Instance]>>,
+    ) -> Result<Cluster, ClientError> {
+        self.build_from(service.into(), instances, None)
+    }
+
+    fn build_from(
+        self,
+        service: String,
+        instances: watch::Receiver<Arc<[Instance]>>,
+        directory: Option<Directory>,
     ) -> Result<Cluster, ClientError> {
         let invalid = |message: &str| {
             Err(ClientError::Config {
@@ -276,6 +327,9 @@ impl ClusterBuilder {
         }
         if self.timeout.is_zero() {
             return invalid("timeout must be positive");
+        }
+        if self.deadline.is_some_and(|d| d.is_zero()) {
+            return invalid("deadline must be positive");
         }
         if self.concurrency == Some(0) {
             return invalid("concurrency_limit must be at least 1");
@@ -307,19 +361,22 @@ impl ClusterBuilder {
             None => StdRng::from_rng(&mut rand::rng()),
         };
         let inner = Arc::new(Inner {
-            service: service.into(),
+            service,
             local_zone: self.local_zone,
             routers: self.routers,
             balancer: self.balancer,
             strategy: self.strategy,
             timeout: self.timeout,
+            deadline: self.deadline,
             breaker: self.breaker,
             max_ejection: self.max_ejection,
             concurrency: self.concurrency.map(ConcurrencyLimit::new),
             rate: self.rate.map(|(p, per)| RateLimiter::new(p, per)),
             budget: self.budget,
             rng: Mutex::new(rng),
+            wall_clock: self.wall_clock,
             source: Mutex::new(instances),
+            directory,
             table: Mutex::new(Table::default()),
             counters: Counters::default(),
             failback_slots: Arc::new(Semaphore::new(failback_slots)),
@@ -352,13 +409,18 @@ pub(super) struct Inner {
     balancer: Arc<dyn LoadBalance>,
     strategy: Strategy,
     timeout: Duration,
+    deadline: Option<Duration>,
     breaker: BreakerRules,
     max_ejection: f64,
     concurrency: Option<ConcurrencyLimit>,
     rate: Option<RateLimiter>,
     budget: RetryBudget,
     rng: Mutex<StdRng>,
+    wall_clock: WallClock,
     source: Mutex<watch::Receiver<Arc<[Instance]>>>,
+    /// The directory the list comes from, when built on one: it tells a
+    /// service that does not exist from one with no instance.
+    directory: Option<Directory>,
     table: Mutex<Table>,
     pub(super) counters: Counters,
     failback_slots: Arc<Semaphore>,
@@ -570,8 +632,30 @@ impl Cluster {
         Ok(outcome)
     }
 
-    /// Limits, then the strategy.
+    /// Limits, then the strategy, within the call's deadline if it has
+    /// one.
     async fn run<T, F, Fut>(self, inv: Invocation, call: F) -> Result<Outcome<T>, ClusterError>
+    where
+        F: Fn(Arc<Instance>) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = Result<T, CallFailure>> + Send + 'static,
+        T: Send + 'static,
+    {
+        match inv.deadline.or(self.inner.deadline) {
+            None => self.limited_strategy(inv, call).await,
+            Some(deadline) => {
+                let method = inv.method.clone();
+                tokio::time::timeout(deadline, self.limited_strategy(inv, call))
+                    .await
+                    .unwrap_or(Err(ClusterError::DeadlineExceeded { method, deadline }))
+            }
+        }
+    }
+
+    async fn limited_strategy<T, F, Fut>(
+        self,
+        inv: Invocation,
+        call: F,
+    ) -> Result<Outcome<T>, ClusterError>
     where
         F: Fn(Arc<Instance>) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = Result<T, CallFailure>> + Send + 'static,
@@ -705,8 +789,10 @@ impl Inner {
         inv.attachment(ZONE).or(self.local_zone.as_deref())
     }
 
-    /// The healthy, enabled instances of the latest list, with stats;
-    /// instances that appear after the first list warm up from `now`.
+    /// The healthy, enabled instances of the latest list, with stats.
+    /// An instance warms up from its start timestamp when its metadata
+    /// has one; otherwise those in the first list count as warm and later
+    /// arrivals warm up from `now`, when they were first seen.
     fn targets(&self, now: Instant) -> Arc<[Target]> {
         let list = self
             .source
@@ -722,10 +808,24 @@ impl Inner {
         table.seeded |= !list.is_empty();
         let mut stats = HashMap::with_capacity(list.len());
         let mut targets = Vec::with_capacity(list.len());
+        let mut wall_now = None;
         for instance in list.iter() {
             let key = (instance.ip.clone(), instance.port, instance.cluster.clone());
             let s = table.stats.get(&key).cloned().unwrap_or_else(|| {
-                let warm_from = if first { None } else { Some(now) };
+                let started = instance
+                    .metadata
+                    .get(START_TIMESTAMP)
+                    .and_then(|t| t.parse::<u64>().ok());
+                let warm_from = match started {
+                    Some(started) => {
+                        let wall = *wall_now.get_or_insert_with(|| (self.wall_clock.0)());
+                        let up = Duration::from_millis(wall.saturating_sub(started));
+                        // Up longer than this process's clock reaches: warm.
+                        now.checked_sub(up)
+                    }
+                    None if first => None,
+                    None => Some(now),
+                };
                 Arc::new(InstanceStats::with_rules(warm_from, self.breaker.clone()))
             });
             if instance.healthy && instance.enabled {
@@ -740,6 +840,22 @@ impl Inner {
         table.targets = targets.into();
         table.list = Some(list);
         table.targets.clone()
+    }
+
+    /// Why the list is empty: a service that does not exist (a namespace
+    /// or group mismatch, seed 000's other "no provider"), or one with no
+    /// healthy, enabled instance.
+    fn why_empty(&self) -> String {
+        match &self.directory {
+            Some(d) if d.exists() == Some(false) => {
+                let key = d.service();
+                format!(
+                    "service {} does not exist in namespace {}, group {}",
+                    key.name, key.namespace, key.group
+                )
+            }
+            _ => "the directory lists no healthy, enabled instance".into(),
+        }
     }
 
     pub(super) fn no_provider(&self, inv: &Invocation, reason: String) -> ClusterError {
@@ -785,10 +901,7 @@ impl Inner {
     ) -> Result<Vec<Target>, ClusterError> {
         let all = self.targets(now);
         if all.is_empty() {
-            return Err(self.no_provider(
-                inv,
-                "the directory lists no healthy, enabled instance".into(),
-            ));
+            return Err(self.no_provider(inv, self.why_empty()));
         }
         let mut targets: Vec<Target> = match scope {
             Scope::Any => all.to_vec(),

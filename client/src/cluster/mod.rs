@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use error::{CallFailure, ClusterError, LimitKind, Phase};
-pub use invoker::{Cluster, ClusterBuilder, MetricsSnapshot, Mock, Outcome};
+pub use invoker::{Cluster, ClusterBuilder, MetricsSnapshot, Mock, Outcome, START_TIMESTAMP};
 pub use shutdown::{stop_provider, InFlight, InFlightGuard, StopOptions, StopReport};
 pub use strategy::Strategy;
 
@@ -76,8 +76,12 @@ pub struct Invocation {
     pub attachments: BTreeMap<String, String>,
     /// Whether the call may run twice.
     pub idempotency: Idempotency,
-    /// The whole call's deadline; the cluster's default when `None`.
+    /// Each attempt's timeout (Dubbo's `timeout`); the cluster's when
+    /// `None`. A call with retries may take several of these.
     pub timeout: Option<Duration>,
+    /// The whole call's deadline, across every attempt and retry; the
+    /// cluster's when `None` (which has none unless set).
+    pub deadline: Option<Duration>,
 }
 
 impl Invocation {
@@ -107,9 +111,15 @@ impl Invocation {
         self
     }
 
-    /// Sets the call's timeout.
+    /// Sets each attempt's timeout.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// Sets the whole call's deadline, across its attempts.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
         self
     }
 

@@ -1,11 +1,16 @@
-//! The provider side of a graceful stop, Dubbo's "deregister, wait,
-//! close": [`stop_provider`] deregisters a provider's instances of a
-//! service, waits (bounded) until a watch of that service no longer shows
-//! them, waits (bounded) for the calls counted by an [`InFlight`] to
-//! finish, and only then runs the caller's own `close`. It owns the order
-//! and the bounds, and reports what happened in a [`StopReport`]; it does
-//! not serve, refuse or cancel calls (consumers that have not seen the
-//! removal yet must still be answered), and it creates no runtime.
+//! The provider side of a graceful stop, a drain: [`stop_provider`] first
+//! takes a provider's instances of a service out of rotation (registers
+//! them again, disabled: consumers stop choosing them but still see them),
+//! waits (bounded) until a watch of the service shows them disabled or
+//! gone, waits (bounded) for the calls counted by an [`InFlight`] to
+//! finish, then deregisters them, and only then runs the caller's own
+//! `close`. Deregistering first, as Dubbo does, would let a consumer that
+//! saw the removal late find an instance already gone from its list while
+//! its calls were still being answered; disabling first keeps the instance
+//! listed until nothing is in flight. It owns the order and the bounds,
+//! and reports what happened in a [`StopReport`]; it does not serve,
+//! refuse or cancel calls (consumers that have not seen the change yet
+//! must still be answered), and it creates no runtime.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -54,6 +59,25 @@ impl InFlight {
         }
     }
 
+    /// An execute limit (Dubbo's `executes`): counts the call as in flight
+    /// unless `max` calls already are, in which case it is refused at
+    /// once (`None`): a provider past its limit answers "busy" instead of
+    /// queueing. 0 means no limit.
+    pub fn try_enter(&self, max: usize) -> Option<InFlightGuard> {
+        if max == 0 {
+            return Some(self.enter());
+        }
+        self.counter
+            .count
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()?;
+        Some(InFlightGuard {
+            counter: self.counter.clone(),
+        })
+    }
+
     /// The calls in flight now.
     pub fn count(&self) -> usize {
         self.counter.count.load(Ordering::SeqCst)
@@ -88,19 +112,20 @@ impl Drop for InFlightGuard {
 /// The bounds of a graceful stop.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StopOptions {
-    /// How long the deregistration and the removal's propagation to the
-    /// service's watchers may take together (default 10 s). Past it the
-    /// stop drains anyway: a consumer that still calls then gets an
+    /// How long taking the instances out of rotation and that change's
+    /// propagation to the service's watchers may take together (default
+    /// 10 s); the deregistration after the drain has the same bound. Past
+    /// it the stop goes on: a consumer that still calls then gets an
     /// answer while the drain lasts.
     pub propagation: Duration,
-    /// How long the calls in flight may take to finish once the removal
-    /// is seen (default 30 s). Past it `close` runs with calls still in
-    /// flight.
+    /// How long the calls in flight may take to finish once the change is
+    /// seen (default 30 s). Past it the stop deregisters and closes with
+    /// calls still in flight.
     pub drain: Duration,
 }
 
 impl Default for StopOptions {
-    /// 10 s to see the removal: several of the registry's push rounds and
+    /// 10 s to see the change: several of the registry's push rounds and
     /// a client's reconnect. 30 s to drain: longer than the usual call
     /// timeout, so a call that is still running after it has already
     /// failed at its caller.
@@ -112,7 +137,7 @@ impl Default for StopOptions {
     }
 }
 
-/// How the deregistration went.
+/// How a request to the registry (disabling, deregistering) went.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Deregistration {
     /// The registry acknowledged it.
@@ -124,16 +149,16 @@ pub enum Deregistration {
     TimedOut,
 }
 
-/// Whether the removal was seen by a watch of the service.
+/// Whether a watch of the service saw the instances leave rotation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Removal {
-    /// A watch of the service stopped listing the instances this long
-    /// after the deregistration was sent.
+    /// A watch of the service stopped offering the instances (it lists
+    /// them disabled, or not at all) this long after they were disabled.
     Seen {
-        /// Since the deregistration was sent.
+        /// Since the disabling was sent.
         after: Duration,
     },
-    /// The propagation bound passed with the instances still listed (or
+    /// The propagation bound passed with the instances still offered (or
     /// the watch never got a view).
     NotSeen {
         /// How long the stop waited: the propagation bound.
@@ -146,37 +171,39 @@ pub enum Removal {
 /// What a graceful stop did, step by step.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StopReport<T> {
-    /// How the deregistration went.
-    pub deregistration: Deregistration,
-    /// Whether and when the removal was seen.
+    /// How taking the instances out of rotation went.
+    pub disabling: Deregistration,
+    /// Whether and when a watch saw them out of rotation.
     pub removal: Removal,
     /// How long the drain took, up to the drain bound.
     pub drain_waited: Duration,
     /// The calls still in flight when the drain bound passed; 0 when
     /// every call finished in time.
     pub in_flight_left: usize,
+    /// How the deregistration, after the drain, went.
+    pub deregistration: Deregistration,
     /// What `close` returned.
     pub closed: T,
 }
 
-/// Stops a provider of `service` gracefully, in Dubbo's order:
+/// Stops a provider of `service` gracefully, by draining it:
 ///
-/// 1. deregisters this client's instances of `service`
-///    ([`Client::deregister`]);
-/// 2. waits until a watch of `service` no longer lists any of
-///    `instances`' `ip:port`: the registry has pushed the removal to its
-///    watchers, so consumers stop picking this provider;
+/// 1. registers this client's `instances` of `service` again, disabled
+///    ([`Client::register`]): consumers that see the change stop choosing
+///    them, and still see them listed;
+/// 2. waits until a watch of `service` no longer offers any of
+///    `instances`' `ip:port` (lists it disabled or not at all);
 /// 3. waits for the calls counted by `in_flight` to finish;
-/// 4. runs `close` (shutting down the provider's own server, say) and
+/// 4. deregisters this client's instances of `service`
+///    ([`Client::deregister`]);
+/// 5. runs `close` (shutting down the provider's own server, say) and
 ///    returns its output in the report.
 ///
-/// Steps 1 and 2 share the `propagation` bound and step 3 has the `drain`
-/// bound of `options`. No failure stops the sequence: a provider going
-/// down must still drain and close, so a failed or unanswered
-/// deregistration is reported and the stop goes on.
-///
-/// The watch opened for step 2 lives until the client is shut down. Must
-/// be called inside a tokio runtime; it creates none.
+/// Steps 1 and 2 share the `propagation` bound, step 3 has the `drain`
+/// bound and step 4 the `propagation` bound again. No failure stops the
+/// sequence: a provider going down must still drain and close, so a
+/// failed or unanswered request only shortens the wait it would have
+/// started. Everything is logged and reported.
 pub async fn stop_provider<C: Future>(
     client: &Client,
     service: ServiceKey,
@@ -191,31 +218,32 @@ pub async fn stop_provider<C: Future>(
     // the whole bound.
     let watch = (!client.inner.cancel.is_cancelled()).then(|| {
         let directory = client.directory(service.clone());
-        // Subscribed before the deregistration is sent, so every list
-        // published after it is a change this receiver sees, even one
-        // that equals the list it started with.
+        // Subscribed before the change is sent, so every list published
+        // after it is a change this receiver sees, even one that equals
+        // the list it started with.
         let changes = directory.changes();
         (directory, changes)
     });
 
-    tracing::info!(%service, instances = instances.len(), "graceful stop: deregistering");
-    let deregistration = match tokio::time::timeout_at(deadline, client.deregister(service.clone()))
-        .await
-    {
-        Ok(Ok(())) => Deregistration::Done,
-        Ok(Err(e)) => {
-            tracing::warn!(%service, error = %e, "graceful stop: deregistration failed; stopping anyway");
-            Deregistration::Failed(e)
-        }
-        Err(_) => {
-            tracing::warn!(%service, bound = ?options.propagation, "graceful stop: deregistration unanswered; stopping anyway");
-            Deregistration::TimedOut
-        }
-    };
+    tracing::info!(%service, instances = instances.len(), "graceful stop: taking the instances out of rotation");
+    let disabled: Vec<InstanceSpec> = instances
+        .iter()
+        .map(|spec| InstanceSpec {
+            disabled: true,
+            ..spec.clone()
+        })
+        .collect();
+    let disabling = bounded(
+        deadline,
+        client.register(service.clone(), disabled),
+        &service,
+        "disabling",
+    )
+    .await;
 
     let removal = match watch {
         None => {
-            tracing::warn!(%service, "graceful stop: the client is shut down; the removal cannot be watched");
+            tracing::warn!(%service, "graceful stop: the client is shut down; the change cannot be watched");
             Removal::NotWatched
         }
         Some((_directory, mut changes)) => {
@@ -225,7 +253,7 @@ pub async fn stop_provider<C: Future>(
                         // The directory is gone: nothing more will show.
                         return std::future::pending().await;
                     }
-                    if !lists_any(&changes.borrow_and_update(), instances) {
+                    if !offers_any(&changes.borrow_and_update(), instances) {
                         return;
                     }
                 }
@@ -233,11 +261,11 @@ pub async fn stop_provider<C: Future>(
             match tokio::time::timeout_at(deadline, seen).await {
                 Ok(()) => {
                     let after = start.elapsed();
-                    tracing::info!(%service, ?after, "graceful stop: the removal is visible to watchers");
+                    tracing::info!(%service, ?after, "graceful stop: watchers see the instances out of rotation");
                     Removal::Seen { after }
                 }
                 Err(_) => {
-                    tracing::warn!(%service, bound = ?options.propagation, "graceful stop: the removal was not seen in time; draining anyway");
+                    tracing::warn!(%service, bound = ?options.propagation, "graceful stop: the change was not seen in time; draining anyway");
                     Removal::NotSeen {
                         waited: options.propagation,
                     }
@@ -256,28 +284,58 @@ pub async fn stop_provider<C: Future>(
     if in_flight_left == 0 {
         tracing::info!(%service, took = ?drain_waited, "graceful stop: drained");
     } else {
-        tracing::warn!(%service, left = in_flight_left, bound = ?options.drain, "graceful stop: drain bound passed with calls in flight; closing anyway");
+        tracing::warn!(%service, left = in_flight_left, bound = ?options.drain, "graceful stop: drain bound passed with calls in flight; deregistering anyway");
     }
+
+    tracing::info!(%service, "graceful stop: deregistering");
+    let deregistration = bounded(
+        Instant::now() + options.propagation,
+        client.deregister(service.clone()),
+        &service,
+        "deregistration",
+    )
+    .await;
 
     tracing::info!(%service, "graceful stop: closing");
     let closed = close.await;
     tracing::info!(%service, took = ?start.elapsed(), "graceful stop: closed");
     StopReport {
-        deregistration,
+        disabling,
         removal,
         drain_waited,
         in_flight_left,
+        deregistration,
         closed,
     }
 }
 
-/// Whether `list` still shows any of `instances` (by ip and port: the
-/// cluster a spec leaves empty is filled in by the registry).
-fn lists_any(list: &[crate::Instance], instances: &[InstanceSpec]) -> bool {
+/// A registry request of the stop, bounded by `deadline`.
+async fn bounded(
+    deadline: Instant,
+    request: impl Future<Output = Result<(), ClientError>>,
+    service: &ServiceKey,
+    what: &str,
+) -> Deregistration {
+    match tokio::time::timeout_at(deadline, request).await {
+        Ok(Ok(())) => Deregistration::Done,
+        Ok(Err(e)) => {
+            tracing::warn!(%service, error = %e, "graceful stop: {what} failed; going on");
+            Deregistration::Failed(e)
+        }
+        Err(_) => {
+            tracing::warn!(%service, "graceful stop: {what} unanswered; going on");
+            Deregistration::TimedOut
+        }
+    }
+}
+
+/// Whether `list` offers any of `instances`: lists it enabled.
+fn offers_any(list: &[crate::Instance], instances: &[InstanceSpec]) -> bool {
     list.iter().any(|listed| {
-        instances
-            .iter()
-            .any(|spec| listed.ip == spec.ip && listed.port == spec.port)
+        listed.enabled
+            && instances
+                .iter()
+                .any(|spec| listed.ip == spec.ip && listed.port == spec.port)
     })
 }
 
@@ -304,6 +362,20 @@ mod tests {
         assert_eq!(start.elapsed(), Duration::from_millis(300));
         assert_eq!(in_flight.count(), 0);
         calls.await.expect("the calls task finished");
+    }
+
+    #[test]
+    fn an_execute_limit_refuses_at_once_above_its_max_and_frees_on_drop() {
+        let in_flight = InFlight::new();
+        let first = in_flight.try_enter(2).expect("under the limit");
+        let second = in_flight.try_enter(2).expect("at the limit");
+        assert!(in_flight.try_enter(2).is_none(), "over the limit");
+        assert_eq!(in_flight.count(), 2, "a refusal counts nothing");
+        drop(first);
+        let third = in_flight.try_enter(2).expect("room again");
+        assert!(in_flight.try_enter(0).is_some(), "0 is no limit");
+        drop((second, third));
+        assert_eq!(in_flight.count(), 0);
     }
 
     #[tokio::test(start_paused = true)]
@@ -369,6 +441,10 @@ mod tests {
         )
         .await;
         assert!(
+            matches!(report.disabling, Deregistration::Failed(_)),
+            "{report:?}"
+        );
+        assert!(
             matches!(report.deregistration, Deregistration::Failed(_)),
             "{report:?}"
         );
@@ -381,7 +457,7 @@ mod tests {
     }
 
     #[test]
-    fn a_removal_is_matched_by_ip_and_port_whatever_the_cluster() {
+    fn an_instance_is_offered_while_listed_enabled_matched_by_ip_and_port() {
         let listed = |ip: &str, port: u16| crate::Instance {
             instance_id: format!("{ip}#{port}#DEFAULT"),
             ip: ip.to_owned(),
@@ -394,11 +470,16 @@ mod tests {
             metadata: Default::default(),
         };
         let ours = [InstanceSpec::new("10.0.0.1", 80)];
-        assert!(lists_any(&[listed("10.0.0.1", 80)], &ours));
-        assert!(!lists_any(
+        assert!(offers_any(&[listed("10.0.0.1", 80)], &ours));
+        assert!(!offers_any(
             &[listed("10.0.0.1", 81), listed("10.0.0.2", 80)],
             &ours
         ));
-        assert!(!lists_any(&[], &ours));
+        assert!(!offers_any(&[], &ours));
+        let disabled = crate::Instance {
+            enabled: false,
+            ..listed("10.0.0.1", 80)
+        };
+        assert!(!offers_any(&[disabled], &ours));
     }
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::breaker::{Breaker, BreakerRules};
+use super::limit::Buckets;
 
 /// How fast the latency estimates forget: the weight of an old sample
 /// halves roughly every `DECAY * ln 2`.
@@ -18,6 +19,10 @@ const DECAY: Duration = Duration::from_secs(10);
 /// The latency assumed for an instance never called yet: optimistic, so a
 /// new instance gets tried, as tower's peak-EWMA does.
 const DEFAULT_RTT: Duration = Duration::from_millis(5);
+/// How far back the shortest-response balancer's averages reach
+/// (Dubbo's `shortestresponse.slidePeriod`): an instance that was slow
+/// once and then not called is forgotten after this, and tried again.
+pub const RESPONSE_WINDOW: Duration = Duration::from_secs(30);
 
 /// The statistics of one instance.
 #[derive(Debug)]
@@ -29,7 +34,16 @@ pub struct InstanceStats {
     /// consumer started; `None` means it counts as warm.
     warm_from: Option<Instant>,
     latency: Mutex<Latency>,
+    /// Successful calls and their summed latency, over [`RESPONSE_WINDOW`].
+    responses: Mutex<Buckets<Responses>>,
     breaker: Mutex<Breaker>,
+}
+
+/// Successful calls in one bucket of the response window.
+#[derive(Debug, Clone, Copy, Default)]
+struct Responses {
+    count: u64,
+    nanos: u128,
 }
 
 #[derive(Debug)]
@@ -70,6 +84,7 @@ impl InstanceStats {
                 success_nanos: None,
                 updated: None,
             }),
+            responses: Mutex::new(Buckets::new(RESPONSE_WINDOW, 10)),
             breaker: Mutex::new(Breaker::new(rules)),
         }
     }
@@ -118,6 +133,12 @@ impl InstanceStats {
             }
             l.updated = Some(now);
         }
+        if sample == Sample::Answered {
+            let mut window = lock(&self.responses);
+            let bucket = window.current(now);
+            bucket.count += 1;
+            bucket.nanos += elapsed.as_nanos();
+        }
         lock(&self.breaker).record(now, elapsed, sample == Sample::Answered);
     }
 
@@ -136,6 +157,16 @@ impl InstanceStats {
         lock(&self.latency)
             .success_nanos
             .map(|n| Duration::from_nanos(n as u64))
+    }
+
+    /// The average latency of the successful calls within the last
+    /// [`RESPONSE_WINDOW`] (between 0.9 and 1 of it), if there were any.
+    pub fn recent_success_latency(&self, now: Instant) -> Option<Duration> {
+        let window = lock(&self.responses);
+        let (count, nanos) = window
+            .live(now)
+            .fold((0u64, 0u128), |(c, n), b| (c + b.count, n + b.nanos));
+        (count > 0).then(|| Duration::from_nanos((nanos / u128::from(count)) as u64))
     }
 
     /// `configured` weight, ramped up linearly over `warmup` from when the

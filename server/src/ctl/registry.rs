@@ -342,6 +342,7 @@ pub(super) async fn watch(args: &WatchArgs, out: &mut (dyn Write + Send)) -> Res
         group: args.service.group.clone(),
         service: args.service.service.clone(),
         resume: None,
+        progress_ms: 0,
     })?;
     let refused = |status| super::refused(&url, status);
     let mut stream = registry.watch(request).await.map_err(refused)?.into_inner();
@@ -422,7 +423,8 @@ pub(super) async fn watch(args: &WatchArgs, out: &mut (dyn Write + Send)) -> Res
                     },
                 }
             }
-            None => continue,
+            // ctl asks for no progress events.
+            Some(watch_event::Event::Progress(_)) | None => continue,
         };
         writeln!(out, "{line}")
             .and_then(|()| out.flush())

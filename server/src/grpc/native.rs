@@ -351,6 +351,23 @@ fn start(node: &Node, scope: &Scope, resume: Option<&ResumeToken>) -> Start {
     }
 }
 
+/// The shortest progress interval a watcher may ask for.
+const MIN_PROGRESS: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// A progress event at `revision`: every change the watch covers up to it
+/// has been sent.
+fn progress_event(node: &Node, revision: u64) -> WatchEvent {
+    let config = node.config();
+    WatchEvent {
+        token: Some(token(node, revision)),
+        event: Some(watch_event::Event::Progress(native::Progress {
+            node_id: config.node_id,
+            dc: config.dc.clone(),
+            view_lag_ms: node.view().lag().map(|lag| lag.as_millis() as u64),
+        })),
+    }
+}
+
 type WatchStream = ReceiverStream<Result<WatchEvent, tonic::Status>>;
 type SessionStream = ReceiverStream<Result<native::SessionResponse, tonic::Status>>;
 
@@ -538,6 +555,9 @@ impl NativeApi {
         };
         let request = request.into_inner();
         let scope = Scope::parse(&request)?;
+        let progress_every = (request.progress_ms > 0).then(|| {
+            std::time::Duration::from_millis(u64::from(request.progress_ms)).max(MIN_PROGRESS)
+        });
         let node = self.node.clone();
         if let Some(resume) = &request.resume {
             catch_up(&node, resume).await;
@@ -562,9 +582,21 @@ impl NativeApi {
                 for event in missed {
                     tx.send(Ok(event)).await.map_err(|_| ())?;
                 }
+                let mut progress = progress_every.map(tokio::time::interval);
                 loop {
+                    let tick = async {
+                        match progress.as_mut() {
+                            Some(interval) => interval.tick().await,
+                            None => std::future::pending().await,
+                        }
+                    };
                     let received = tokio::select! {
                         received = changes.recv() => received,
+                        // The first tick is at once: the watch is current.
+                        _ = tick => {
+                            tx.send(Ok(progress_event(&node, revision))).await.map_err(|_| ())?;
+                            continue;
+                        }
                         // The watcher went away.
                         () = tx.closed() => return Err(()),
                     };

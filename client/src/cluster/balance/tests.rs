@@ -571,6 +571,31 @@ fn shortest_response_tries_an_instance_never_called() {
 }
 
 #[test]
+fn shortest_response_forgets_a_slow_spell_after_its_window() {
+    // Dubbo keeps 30 s of response statistics: an instance that was slow
+    // once and then left alone is tried again once they have slid out.
+    let now = Instant::now();
+    let targets = [target("once-slow", 1.0), target("steady", 1.0)];
+    targets[0]
+        .stats
+        .record(now, Duration::from_secs(2), Sample::Answered);
+    targets[1]
+        .stats
+        .record(now, Duration::from_millis(10), Sample::Answered);
+    assert_eq!(
+        tally(&ShortestResponse::new(), &targets, 100, now),
+        [0, 100]
+    );
+    // The steady one keeps being called; the slow spell is 31 s old.
+    let later = now + Duration::from_secs(31);
+    targets[1]
+        .stats
+        .record(later, Duration::from_millis(10), Sample::Answered);
+    let after = tally(&ShortestResponse::new(), &targets, 100, later);
+    assert_eq!(after, [100, 0], "counts as instant again: {after:?}");
+}
+
+#[test]
 fn peak_ewma_p2c_prefers_the_lower_latency_instance_most_of_the_time() {
     let now = Instant::now();
     let slow = Duration::from_millis(500);
