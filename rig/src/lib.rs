@@ -2,7 +2,11 @@
 //! runs a [scenario](scenario) against a sim cluster
 //! ([`understudy_server::sim`]: every node a full node on its own ports,
 //! their raft links sharing one fault model) and reports what the
-//! registry did and what its clients saw.
+//! registry did and what its clients saw: the registry workload's writes
+//! and watch events, and what real consumers, calling real providers
+//! through the bundled client's routers, balancers and strategies, got
+//! while providers died, paused and slowed and the links between DCs
+//! lagged, lost and broke.
 //!
 //! Component map, in the order a run uses them:
 //! - [`scenario`]: the scenario file (a cluster, workloads, a timeline);
@@ -20,9 +24,14 @@
 //! [`Scenario`] in code and gets the [`Report`] back from [`run`].
 
 pub mod callnet;
+mod consumer;
+mod nacos;
+mod observe;
+mod provider;
 pub mod report;
 mod run;
 pub mod scenario;
+mod serving;
 mod workload;
 
 use std::path::PathBuf;
@@ -31,6 +40,8 @@ use std::sync::{Mutex, PoisonError};
 use clap::{Args, Subcommand};
 use hdrhistogram::Histogram;
 
+pub use consumer::{arrivals, Arrival};
+pub use provider::SERVING;
 pub use report::{ConsumerReport, Report, StaleWindow};
 pub use run::run;
 pub use scenario::{Action, Scenario, ScenarioError, Step};
@@ -105,6 +116,9 @@ pub enum ChaosError {
     /// A watcher got no first snapshot.
     #[error("a watcher got no snapshot within 10 s")]
     WatchersNotReady,
+    /// The serving providers or consumers could not start.
+    #[error("serving providers and consumers: {0}")]
+    Serving(std::io::Error),
     /// The report could not be written.
     #[error("cannot write the report to {path}: {source}")]
     Write {

@@ -277,6 +277,10 @@ impl Report {
         if self.consumers.is_empty() {
             return md;
         }
+        let restored = self
+            .schedule
+            .iter()
+            .any(|s| s.action.starts_with("restart-providers"));
         md.push_str(
             "\n## Consumers\n\n| zone | calls | errors | error rate | same-zone | same-zone healthy \
              | idempotent failed in faults | non-idempotent failed in faults | no provider | stale calls \
@@ -298,8 +302,11 @@ impl Report {
                 c.stale_calls,
                 c.p50_ms,
                 c.p99_ms,
-                c.back_in_zone_after_restore_ms
-                    .map_or("never".to_owned(), |ms| format!("{ms} ms")),
+                match (restored, c.back_in_zone_after_restore_ms) {
+                    (false, _) => "no restore".to_owned(),
+                    (true, None) => "never".to_owned(),
+                    (true, Some(ms)) => format!("{ms} ms"),
+                },
             ));
         }
         if !self.stale_window.is_empty() {

@@ -9,6 +9,7 @@ use understudy_server::raft::NodeId;
 use understudy_server::sim::{Sim, SimSpec};
 
 use crate::report::{AppliedStep, Convergence, Report};
+use crate::serving::Serving;
 use crate::workload::{converge, sim_views, Targets, Workload};
 use crate::{lock, Action, ChaosError, Scenario};
 
@@ -34,10 +35,19 @@ pub async fn run(scenario: &Scenario, scale: f64) -> Result<Report, ChaosError> 
     let nodes: BTreeMap<NodeId, String> =
         sim.nodes().values().map(|n| (n.id, n.dc.clone())).collect();
 
-    // Watchers first, so they see every registration.
+    // Watchers first, so they see every registration; then the serving
+    // providers, and consumers that list them all.
     let mut workload = Workload::watch(scenario, targets.clone()).await?;
+    let mut serving = if scenario.serves() {
+        Some(Serving::start(scenario, &sim).await?)
+    } else {
+        None
+    };
     let start = Instant::now();
     workload.start(scenario, &sim);
+    if let Some(serving) = &mut serving {
+        serving.begin(start);
+    }
 
     // The timeline.
     let mut schedule = Vec::new();
@@ -52,6 +62,9 @@ pub async fn run(scenario: &Scenario, scale: f64) -> Result<Report, ChaosError> 
             step.action
         );
         apply_step(&mut sim, &targets, &step.action).await;
+        if let Some(serving) = &mut serving {
+            serving.apply(&step.action, applied).await;
+        }
         if matches!(step.action, Action::Heal(_)) {
             heals.push((
                 step.at,
@@ -74,6 +87,11 @@ pub async fn run(scenario: &Scenario, scale: f64) -> Result<Report, ChaosError> 
         start.elapsed().as_secs_f64()
     );
     workload.stop_writing().await;
+    // The consumers' last calls finish (each within its own timeouts).
+    let judged = match serving {
+        Some(serving) => Some(serving.finish().await),
+        None => None,
+    };
     let mut converge_report = Vec::new();
     for (at, task) in heals {
         converge_report.push(Convergence {
@@ -111,10 +129,19 @@ pub async fn run(scenario: &Scenario, scale: f64) -> Result<Report, ChaosError> 
         schedule,
         loss_patterns,
         settled,
-        consumers: Vec::new(),
-        stale_window: BTreeMap::new(),
-        provider_faults: Vec::new(),
-        call_loss_patterns: BTreeMap::new(),
+        consumers: judged
+            .as_ref()
+            .map(|j| j.consumers.clone())
+            .unwrap_or_default(),
+        stale_window: judged
+            .as_ref()
+            .map(|j| j.stale_window.clone())
+            .unwrap_or_default(),
+        provider_faults: judged
+            .as_ref()
+            .map(|j| j.provider_faults.clone())
+            .unwrap_or_default(),
+        call_loss_patterns: judged.map(|j| j.call_loss_patterns).unwrap_or_default(),
     })
 }
 

@@ -350,7 +350,8 @@ async fn sample(
 
 /// Waits until every live node has applied what the most advanced one had
 /// now and its view is fresh (lag under a tick plus the slowest link plus
-/// 100 ms); answers how long that took, or `None` after 30 s.
+/// its DC's apply delay plus 100 ms); answers how long that took, or
+/// `None` after 30 s.
 pub(crate) async fn converge(
     views: Vec<(NodeId, String, understudy_server::Node)>,
     killed: Arc<Mutex<BTreeSet<NodeId>>>,
@@ -378,7 +379,10 @@ pub(crate) async fn converge(
     loop {
         let nodes = live(&lock(&killed));
         let fresh = nodes.iter().all(|n| {
-            let limit = n.config().chaos.tick + slowest + Duration::from_millis(100);
+            let limit = n.config().chaos.tick
+                + slowest
+                + faults.apply_delay(&n.config().dc)
+                + Duration::from_millis(100);
             n.cluster_status().last_applied >= target && n.view().lag().is_some_and(|l| l <= limit)
         });
         if fresh {

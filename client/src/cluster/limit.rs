@@ -279,6 +279,12 @@ impl RetryBudget {
         }
     }
 
+    /// A budget that never refuses a retry (each strategy still bounds
+    /// its own retries).
+    pub fn unlimited() -> Self {
+        Self::new(Duration::from_secs(1), u32::MAX, 1.0)
+    }
+
     /// Counts an original call at `now`.
     pub fn deposit(&self, now: Instant) {
         let mut window = lock(&self.window);

@@ -317,7 +317,7 @@ fn strategy(value: &str) -> Result<Strategy, String> {
 }
 
 /// Parses the words after `providers` when they start with a zone.
-pub(super) fn provider_group(rest: &[&str]) -> Result<ProviderGroup, String> {
+pub(crate) fn provider_group(rest: &[&str]) -> Result<ProviderGroup, String> {
     let (zone, count) = zone_and_count(rest, "providers")?;
     let line = format!("providers {zone}");
     let k = keys(&rest[2..], PROVIDER_KEYS, &line)?;
@@ -351,7 +351,7 @@ pub(super) fn provider_group(rest: &[&str]) -> Result<ProviderGroup, String> {
 }
 
 /// Parses the words after `consumers`.
-pub(super) fn consumer_group(rest: &[&str]) -> Result<ConsumerGroup, String> {
+pub(crate) fn consumer_group(rest: &[&str]) -> Result<ConsumerGroup, String> {
     let (zone, count) = zone_and_count(rest, "consumers")?;
     let line = format!("consumers {zone}");
     let k = keys(&rest[2..], CONSUMER_KEYS, &line)?;
