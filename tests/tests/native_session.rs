@@ -124,6 +124,39 @@ async fn a_sessions_instances_live_while_it_lives() -> anyhow::Result<()> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_silent_for_three_keepalive_periods_ends_then_not_a_period_later(
+) -> anyhow::Result<()> {
+    let server = Server::start(Settings::default()).await?;
+    let observer = RawClient::connect(server.grpc, None).await?;
+    let (mut session, _) = Session::open(&server, 1000).await?;
+    // The last word the server hears from it, half a period after the
+    // hello started the server's keepalive ticks.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let silent_since = tokio::time::Instant::now();
+    session.call(register("paused", 3)).await?;
+    assert!(
+        eventually(Duration::from_secs(8), || async {
+            observer
+                .query("paused")
+                .await
+                .map(|v| v.is_empty())
+                .unwrap_or(false)
+        })
+        .await,
+        "the silent session was not ended"
+    );
+    let ended_after = silent_since.elapsed();
+    println!("ended {ended_after:?} after its last word");
+    assert!(
+        ended_after >= Duration::from_millis(2950) && ended_after < Duration::from_millis(3300),
+        "ended {ended_after:?} after its last word; three periods are 3000 ms"
+    );
+    drop(session);
+    server.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_session_is_ended_and_one_that_keeps_alive_is_not() -> anyhow::Result<()> {
     let server = Server::start(Settings::default()).await?;
     let observer = RawClient::connect(server.grpc, None).await?;

@@ -932,11 +932,13 @@ impl NativeApi {
                         }
                     }
                 }
+                // Three periods without a word end it then, not at the
+                // next tick: a pause just longer than that is always seen.
+                () = tokio::time::sleep_until(last_heard + silence) => {
+                    tracing::debug!(session = %session_id, "session went silent");
+                    break;
+                }
                 _ = ticker.tick() => {
-                    if last_heard.elapsed() >= silence {
-                        tracing::debug!(session = %session_id, "session went silent");
-                        break;
-                    }
                     let beat = native::SessionResponse {
                         request_id: 0,
                         kind: Some(native::session_response::Kind::Keepalive(native::Keepalive {})),
