@@ -69,7 +69,7 @@ pub struct RunArgs {
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
     /// Multiply every time in the scenario by this (0.2 for a short run);
-    /// link latencies are kept.
+    /// link latencies, timeouts and provider pauses are kept.
     #[arg(long, default_value_t = 1.0)]
     pub scale: f64,
     /// Use this seed instead of the scenario's.
