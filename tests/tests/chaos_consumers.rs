@@ -165,9 +165,11 @@ async fn a_gc_paused_provider_is_removed_and_returns_and_zone_aware_consumers_lo
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_seed_gives_the_same_schedule_and_call_network_draws() {
     let _one = ONE_AT_A_TIME.lock().await;
-    // Built in code, as a rig would: a lossy cross-zone call link.
+    // Built in code, as a rig would: a lossy cross-zone call link; sh's
+    // providers register over the Nacos gRPC API.
     let text = "name replay\nseed 5\ndc hz 1\ndc sh 1\nproviders 0\nwatchers 0\nduration 6s\n\
-                providers hz 2 service=lognormal(2ms,0.3)\nproviders sh 2 service=lognormal(2ms,0.3)\n\
+                providers hz 2 service=lognormal(2ms,0.3)\n\
+                providers sh 2 service=lognormal(2ms,0.3) api=nacos\n\
                 consumers hz 1 rate=100/s\nconsumers sh 1 rate=100/s\n\
                 call-link hz-sh=5ms~2ms,loss=20%\nat 2s kill-providers sh/2\nat 4s restart-providers sh/2\n";
     let scenario = Scenario::parse(text).expect("a scenario");
