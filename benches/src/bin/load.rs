@@ -252,7 +252,7 @@ async fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|| me.with_file_name("understudy"));
             anyhow::ensure!(
                 understudy.is_file(),
-                "no understudy binary at {} (build it: cargo build --release -p understudy-server)",
+                "no understudy binary at {} (build it: cargo build --release -p understudy)",
                 understudy.display()
             );
             let plan = compare::Plan {
