@@ -600,6 +600,7 @@ impl Node {
     ) -> Result<(), crate::raft::MembershipError> {
         use crate::raft::MembershipError;
         let raft = &self.inner.raft;
+        MembershipError::unless_leading(raft)?;
         raft.add_learner(id, member, true)
             .await
             .map_err(MembershipError::from_raft)?;
@@ -621,6 +622,7 @@ impl Node {
     ) -> Result<(), crate::raft::MembershipError> {
         use crate::raft::MembershipError;
         let raft = &self.inner.raft;
+        MembershipError::unless_leading(raft)?;
         let ids = std::collections::BTreeSet::from([id]);
         let is_voter = raft
             .metrics()

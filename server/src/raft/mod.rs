@@ -161,6 +161,28 @@ fn leader_hint(leader: &Option<NodeId>, addr: &Option<String>) -> String {
 }
 
 impl MembershipError {
+    /// `NotLeader` unless `raft` leads now. Checked before asking openraft:
+    /// a follower that has not yet seen the initial membership committed
+    /// answers a change with "another change is under way" rather than
+    /// with where the leader is.
+    pub(crate) fn unless_leading(raft: &Raft) -> Result<(), Self> {
+        let metrics = raft.metrics().borrow().clone();
+        if metrics.current_leader == Some(metrics.id) {
+            return Ok(());
+        }
+        let raft_addr = metrics.current_leader.and_then(|leader| {
+            metrics
+                .membership_config
+                .membership()
+                .get_node(&leader)
+                .map(|m| m.raft_addr.clone())
+        });
+        Err(MembershipError::NotLeader {
+            leader: metrics.current_leader,
+            raft_addr,
+        })
+    }
+
     pub(crate) fn from_raft<E>(e: openraft::error::RaftError<NodeId, E>) -> Self
     where
         E: std::error::Error + openraft::TryAsRef<openraft::error::ForwardToLeader<NodeId, Member>>,
