@@ -22,6 +22,7 @@ mod client;
 pub mod cluster;
 mod directory;
 mod error;
+mod metadata;
 mod session;
 mod view;
 mod watch;

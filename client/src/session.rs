@@ -56,7 +56,7 @@ impl InstanceSpec {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         metadata
-            .entry(crate::cluster::START_TIMESTAMP.to_owned())
+            .entry(crate::metadata::START_TIMESTAMP.to_owned())
             .or_insert_with(|| started_ms.to_string());
         native::InstanceSpec {
             ip: self.ip.clone(),

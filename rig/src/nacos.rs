@@ -19,10 +19,10 @@ use understudy_proto::grpc::request_client::RequestClient;
 use understudy_proto::grpc::Payload;
 use understudy_proto::nacos_rpc::{seal, Envelope};
 
-use crate::provider::SERVING;
-
-/// Registers `spec` after `delay` and keeps it registered until `stop`.
+/// Registers `spec` as an instance of `service` (default namespace and
+/// group) after `delay` and keeps it registered until `stop`.
 pub(crate) async fn register(
+    service: &'static str,
     spec: InstanceSpec,
     zone: String,
     mut endpoints: Vec<(SocketAddr, String)>,
@@ -43,7 +43,7 @@ pub(crate) async fn register(
         let (address, _) = endpoints[next % endpoints.len()];
         let outcome = tokio::select! {
             () = stop.cancelled() => return,
-            outcome = connection(address, &spec, started_ms, keepalive) => outcome,
+            outcome = connection(address, service, &spec, started_ms, keepalive) => outcome,
         };
         if let Err(reason) = outcome {
             tracing::debug!(%address, %reason, "nacos registrant reconnecting");
@@ -84,6 +84,7 @@ async fn unary(
 /// One connection: set up, register, then health checks until it fails.
 async fn connection(
     address: SocketAddr,
+    service: &str,
     spec: &InstanceSpec,
     started_ms: u64,
     keepalive: Duration,
@@ -121,7 +122,7 @@ async fn connection(
     metadata
         .entry(START_TIMESTAMP)
         .or_insert_with(|| Value::from(started_ms.to_string()));
-    let register = json!({"headers":{},"namespace":"public","serviceName":SERVING,
+    let register = json!({"headers":{},"namespace":"public","serviceName":service,
         "groupName":"DEFAULT_GROUP","type":"registerInstance","instance":{"ip":spec.ip,
         "port":spec.port,"weight":1.0,"healthy":true,"enabled":true,"ephemeral":true,
         "clusterName":"DEFAULT","metadata":metadata}});

@@ -201,6 +201,7 @@ impl Provider {
             }
             Api::Nacos => {
                 tasks.spawn(crate::nacos::register(
+                    SERVING,
                     self.instance(),
                     self.zone.clone(),
                     endpoints,

@@ -29,6 +29,7 @@ use super::route::{Decision, RouteContext, Router};
 use super::stats::{InstanceStats, Sample};
 use super::strategy::Strategy;
 use super::{CallFailure, ClusterError, Idempotency, Invocation, Phase, Target, ZONE};
+use crate::metadata::START_TIMESTAMP;
 use crate::{ClientError, Directory, Instance};
 
 /// What a call through the cluster came to.
@@ -170,10 +171,6 @@ impl std::fmt::Debug for WallClock {
         f.write_str("WallClock")
     }
 }
-
-/// The metadata key of a provider's start time, epoch milliseconds
-/// (Dubbo's `timestamp`; the bundled client sets it when registering).
-pub const START_TIMESTAMP: &str = "timestamp";
 
 fn system_clock() -> WallClock {
     WallClock(Arc::new(|| {

@@ -35,8 +35,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use crate::metadata::START_TIMESTAMP;
 pub use error::{CallFailure, ClusterError, LimitKind, Phase};
-pub use invoker::{Cluster, ClusterBuilder, MetricsSnapshot, Mock, Outcome, START_TIMESTAMP};
+pub use invoker::{Cluster, ClusterBuilder, MetricsSnapshot, Mock, Outcome};
 pub use shutdown::{stop_provider, InFlight, InFlightGuard, StopOptions, StopReport};
 pub use strategy::Strategy;
 
