@@ -1,37 +1,17 @@
-//! The client handle: endpoints, backoff, and ownership of the background
-//! tasks (directories' watches).
+//! The client handle and its builder: the settings, and the directories,
+//! views and provider session it starts (their shared state is in
+//! `connection.rs`).
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use understudy_core::{GroupName, NamespaceId, ServiceKey};
-use understudy_proto::native::registry_client::RegistryClient;
-use understudy_proto::native::LoginRequest;
 
+use crate::connection::{wall_ms, Credentials, EmptyProtection, Endpoint, Inner};
 use crate::directory::Directory;
 use crate::ClientError;
-
-/// What a directory does with an update that would empty its list.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum EmptyProtection {
-    /// Keep the last non-empty list unless the last instance was
-    /// explicitly deregistered (the default).
-    #[default]
-    UnlessDeregistered,
-    /// Always apply updates, empty or not.
-    Off,
-}
-
-/// An endpoint and its datacenter.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Endpoint {
-    pub(crate) uri: String,
-    pub(crate) dc: Option<String>,
-    /// The CA to check an `https` endpoint's certificate against.
-    pub(crate) tls_ca: Option<Arc<[u8]>>,
-}
 
 /// Builds a [`Client`].
 #[derive(Debug, Clone, Default)]
@@ -48,21 +28,6 @@ pub struct ClientBuilder {
     tls_ca: Option<Arc<[u8]>>,
     probe_min: Option<Duration>,
     probe_max: Option<Duration>,
-}
-
-/// A user's name and password, exchanged for a token with the server.
-#[derive(Clone)]
-struct Credentials {
-    username: String,
-    password: String,
-}
-
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Credentials")
-            .field("username", &self.username)
-            .finish_non_exhaustive()
-    }
 }
 
 impl ClientBuilder {
@@ -210,223 +175,12 @@ impl ClientBuilder {
                 cache_dir: self.cache_dir,
                 cancel: CancellationToken::new(),
                 tasks: TaskTracker::new(),
-                session: std::sync::Mutex::new(None),
                 credentials: self.credentials,
                 token: tokio::sync::Mutex::new(None),
             }),
+            session: Arc::default(),
         })
     }
-}
-
-#[derive(Debug)]
-pub(crate) struct Inner {
-    pub(crate) endpoints: Vec<Endpoint>,
-    /// How many of the first endpoints are the local DC's (0: no home).
-    pub(crate) home: usize,
-    probe_min: Duration,
-    probe_max: Duration,
-    /// When the client was built, epoch ms: the provider's start time its
-    /// registrations carry (metadata `timestamp`, as Dubbo sets it).
-    pub(crate) started_ms: u64,
-    pub(crate) backoff_min: Duration,
-    pub(crate) backoff_max: Duration,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) empty_protection: EmptyProtection,
-    pub(crate) keepalive: Duration,
-    pub(crate) cache_dir: Option<std::path::PathBuf>,
-    pub(crate) cancel: CancellationToken,
-    tasks: TaskTracker,
-    /// The provider session, started on first use.
-    session: std::sync::Mutex<Option<tokio::sync::mpsc::Sender<crate::session::Request>>>,
-    credentials: Option<Credentials>,
-    /// The token and when to log in again.
-    token: tokio::sync::Mutex<Option<(String, tokio::time::Instant)>>,
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        self.cancel.cancel();
-    }
-}
-
-impl Inner {
-    /// `message` as a call carrying this client's token, logging in over
-    /// `channel` first when there is no token or it is past half its life.
-    pub(crate) async fn request<T>(
-        &self,
-        channel: &tonic::transport::Channel,
-        message: T,
-    ) -> Result<tonic::Request<T>, String> {
-        let mut request = tonic::Request::new(message);
-        let Some(credentials) = &self.credentials else {
-            return Ok(request);
-        };
-        let mut token = self.token.lock().await;
-        let now = tokio::time::Instant::now();
-        let fresh = token.as_ref().filter(|(_, renew_at)| *renew_at > now);
-        let value = match fresh {
-            Some((value, _)) => value.clone(),
-            None => {
-                let answer = RegistryClient::new(channel.clone())
-                    .login(LoginRequest {
-                        username: credentials.username.clone(),
-                        password: credentials.password.clone(),
-                    })
-                    .await
-                    .map_err(|s| format!("login as {}: {}", credentials.username, s.message()))?
-                    .into_inner();
-                let renew_at = now + Duration::from_secs(answer.ttl_seconds / 2);
-                *token = Some((answer.token.clone(), renew_at));
-                answer.token
-            }
-        };
-        let bearer = format!("Bearer {value}")
-            .parse()
-            .map_err(|_| "the server issued a token that is no header value".to_owned())?;
-        request.metadata_mut().insert("authorization", bearer);
-        Ok(request)
-    }
-
-    /// A refused call's message; a refused token is dropped, so the next
-    /// attempt logs in again.
-    pub(crate) async fn refused(&self, status: tonic::Status) -> String {
-        if status.code() == tonic::Code::Unauthenticated {
-            *self.token.lock().await = None;
-        }
-        status.message().to_owned()
-    }
-
-    /// The reconnect delay after `failures` consecutive failures, with
-    /// jitter between half and all of the exponential step.
-    pub(crate) fn backoff(&self, failures: u32) -> Duration {
-        let step = self
-            .backoff_min
-            .saturating_mul(1u32 << failures.min(16))
-            .min(self.backoff_max);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let jitter = 0.5 + f64::from(nanos % 1000) / 2000.0;
-        step.mul_f64(jitter)
-    }
-}
-
-/// Epoch milliseconds now.
-fn wall_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// Waits until one of the local DC's endpoints answers a listing,
-/// probing after the client's `probe_min`, then backing off to its
-/// `probe_max`; answers its index. Never returns when the client has no
-/// home or is gone. Holds the client only while probing.
-pub(crate) async fn home_answers(inner: &Weak<Inner>) -> usize {
-    let Some((home, mut wait, max)) = inner.upgrade().map(|i| (i.home, i.probe_min, i.probe_max))
-    else {
-        return std::future::pending().await;
-    };
-    if home == 0 {
-        return std::future::pending().await;
-    }
-    loop {
-        tokio::time::sleep(wait).await;
-        let Some(client) = inner.upgrade() else {
-            return std::future::pending().await;
-        };
-        for index in 0..home {
-            if client.answers(&client.endpoints[index]).await {
-                return index;
-            }
-        }
-        wait = (wait * 2).min(max);
-    }
-}
-
-impl Inner {
-    /// Whether `endpoint` answers a cheap call within the connect timeout.
-    async fn answers(&self, endpoint: &Endpoint) -> bool {
-        let probe = async {
-            let channel = connect(endpoint, self.connect_timeout).await.ok()?;
-            let request = self
-                .request(&channel, understudy_proto::native::ListNamespacesRequest {})
-                .await
-                .ok()?;
-            RegistryClient::new(channel)
-                .list_namespaces(request)
-                .await
-                .ok()
-        };
-        tokio::time::timeout(self.connect_timeout * 2, probe)
-            .await
-            .ok()
-            .flatten()
-            .is_some()
-    }
-}
-
-/// Where a reconnecting task stands: consecutive failures and the next
-/// endpoint to try.
-#[derive(Debug, Default)]
-pub(crate) struct Reconnect {
-    failures: u32,
-    next: usize,
-}
-
-impl Reconnect {
-    /// The endpoint to try now.
-    pub(crate) fn endpoint(&self, inner: &Inner) -> Endpoint {
-        inner.endpoints[self.index(inner)].clone()
-    }
-
-    fn index(&self, inner: &Inner) -> usize {
-        self.next % inner.endpoints.len()
-    }
-
-    /// Whether the task follows another DC's endpoint while it has a home.
-    pub(crate) fn away(&self, inner: &Inner) -> bool {
-        inner.home > 0 && self.index(inner) >= inner.home
-    }
-
-    /// Go to the home endpoint `index` next, at once.
-    pub(crate) fn go_home(&mut self, index: usize) {
-        self.next = index;
-        self.failures = 0;
-    }
-
-    /// The connection works (it delivered something).
-    pub(crate) fn succeeded(&mut self) {
-        self.failures = 0;
-    }
-
-    /// Records a failure and returns the delay before the next attempt;
-    /// from the second failure in a row, the next endpoint is tried.
-    pub(crate) fn failed(&mut self, inner: &Inner) -> Duration {
-        self.failures = self.failures.saturating_add(1);
-        if self.failures > 1 {
-            self.next += 1;
-        }
-        inner.backoff(self.failures)
-    }
-}
-
-/// Opens a channel to an endpoint.
-pub(crate) async fn connect(
-    endpoint: &Endpoint,
-    timeout: Duration,
-) -> Result<tonic::transport::Channel, String> {
-    let mut channel = tonic::transport::Endpoint::from_shared(endpoint.uri.clone())
-        .map_err(|e| e.to_string())?
-        .connect_timeout(timeout);
-    if endpoint.uri.starts_with("https://") {
-        let mut tls = tonic::transport::ClientTlsConfig::new();
-        if let Some(ca) = &endpoint.tls_ca {
-            tls = tls.ca_certificate(tonic::transport::Certificate::from_pem(ca));
-        }
-        channel = channel.tls_config(tls).map_err(|e| e.to_string())?;
-    }
-    channel.connect().await.map_err(|e| e.to_string())
 }
 
 /// A handle on understudy. Cheap to clone; shutting it down (or dropping
@@ -434,6 +188,8 @@ pub(crate) async fn connect(
 #[derive(Debug, Clone)]
 pub struct Client {
     pub(crate) inner: Arc<Inner>,
+    /// The provider session, started on first use.
+    session: Arc<std::sync::Mutex<Option<tokio::sync::mpsc::Sender<crate::session::Request>>>>,
 }
 
 impl Client {
@@ -461,7 +217,7 @@ impl Client {
     }
 
     fn session(&self) -> tokio::sync::mpsc::Sender<crate::session::Request> {
-        let mut session = self.inner.session.lock().unwrap_or_else(|p| p.into_inner());
+        let mut session = self.session.lock().unwrap_or_else(|p| p.into_inner());
         session
             .get_or_insert_with(|| {
                 let (tx, rx) = tokio::sync::mpsc::channel(64);

@@ -13,9 +13,10 @@ use tokio::sync::watch;
 use understudy_core::ServiceKey;
 use understudy_proto::native::{self, change, watch_event, WatchRequest};
 
-use crate::client::Inner;
+use crate::connection::EmptyProtection;
+use crate::connection::Inner;
 use crate::watch::{Follow, Job, ServedBy};
-use crate::{ClientError, EmptyProtection};
+use crate::ClientError;
 
 /// An instance as a directory shows it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -15,7 +15,7 @@ use understudy_proto::native::{
     self, session_request, session_response, Hello, Keepalive, SessionRequest,
 };
 
-use crate::client::{connect, Endpoint, Inner, Reconnect};
+use crate::connection::{connect, Endpoint, Inner, Reconnect};
 use crate::ClientError;
 
 /// An instance a provider registers.
@@ -259,7 +259,7 @@ async fn session_once(
     let mut ticker = tokio::time::interval(keepalive);
     let home = async {
         if away {
-            crate::client::home_answers(inner).await
+            crate::connection::home_answers(inner).await
         } else {
             std::future::pending().await
         }

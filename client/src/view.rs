@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use understudy_core::{GroupName, NamespaceId, ServiceKey};
 use understudy_proto::native::{change, watch_event, WatchRequest};
 
-use crate::client::Inner;
+use crate::connection::Inner;
 use crate::watch::{Follow, Job, ServedBy};
 use crate::{ClientError, Instance};
 

@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use understudy_proto::native::registry_client::RegistryClient;
 use understudy_proto::native::{watch_event, ResumeToken, WatchEvent, WatchRequest};
 
-use crate::client::{connect, Endpoint, Inner, Reconnect};
+use crate::connection::{connect, Endpoint, Inner, Reconnect};
 
 /// How often a watch asks the server for progress events.
 const PROGRESS: Duration = Duration::from_secs(1);
@@ -106,7 +106,7 @@ async fn watch_once<F: Follow>(
     let away = reconnect.away(inner);
     let home = async {
         if away {
-            crate::client::home_answers(weak).await
+            crate::connection::home_answers(weak).await
         } else {
             std::future::pending().await
         }

@@ -1,4 +1,4 @@
-//! Ephemeral ownership across nodes (DESIGN "Liveness"). Instances a
+//! Ephemeral ownership across nodes. Instances a
 //! client registered over a connection belong to the node holding that
 //! connection. Two things can leave such instances without a live owner,
 //! and this task clears both after the owner grace period:

@@ -1,5 +1,5 @@
 //! The cluster layer: what a consumer does with a directory's list on each
-//! call, in call order (DESIGN "Client"):
+//! call, in call order:
 //!
 //! - [`route`]: routers narrow the list: zone (prefer local, strict, or
 //!   threshold with hysteresis), tag, condition rules, version/group;
