@@ -43,9 +43,9 @@ pub enum Error {
         /// Grouped service name.
         service: String,
         /// The kind fixed at the service's creation.
-        existing: crate::ServiceKind,
+        existing: crate::kind::ServiceKind,
         /// The kind the command asked for.
-        requested: crate::ServiceKind,
+        requested: crate::kind::ServiceKind,
     },
     /// The instance does not exist.
     #[error("no matched ip found! ip: {ip}, port: {port}, service: {service}")]

@@ -7,6 +7,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::kind::ServiceKind;
 use crate::{ClusterName, Error, Millis, ServiceKey};
 
 pub use crate::metadata::Metadata;
@@ -20,32 +21,6 @@ pub const META_DELETE_TIMEOUT: &str = "preserved.ip.delete.timeout";
 
 /// Largest accepted instance weight, as in Nacos.
 pub const MAX_WEIGHT: f64 = 10_000.0;
-
-/// Whether a service holds ephemeral or persistent instances. Fixed when the
-/// service is created; the two never mix.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ServiceKind {
-    /// Instances live as long as their owner's connection or beats.
-    Ephemeral,
-    /// Instances live until deregistered.
-    Persistent,
-}
-
-impl ServiceKind {
-    /// `true` for [`ServiceKind::Ephemeral`].
-    pub fn is_ephemeral(self) -> bool {
-        self == ServiceKind::Ephemeral
-    }
-}
-
-impl fmt::Display for ServiceKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ServiceKind::Ephemeral => "ephemeral",
-            ServiceKind::Persistent => "persistent",
-        })
-    }
-}
 
 /// Who published an instance. Each owner publishes at most one entry (one
 /// or several instances) per service, and a new registration by the same
@@ -349,18 +324,32 @@ pub struct Instance {
     pub owner: Owner,
 }
 
+/// The registry's rules an instance is built under.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rules<'a> {
+    pub(crate) limits: &'a Limits,
+    pub(crate) health: HealthTimeouts,
+    /// The metadata key that names an instance's zone.
+    pub(crate) zone_key: &'a str,
+}
+
 impl Instance {
     /// Validates `spec` and builds the stored instance.
     pub(crate) fn build(
         service: &ServiceKey,
         spec: InstanceSpec,
         owner: Owner,
-        options: &crate::RegistryOptions,
+        rules: Rules<'_>,
     ) -> Result<Self, Error> {
+        let Rules {
+            limits,
+            health,
+            zone_key,
+        } = rules;
         check_ip(&spec.ip)?;
         check_weight(spec.weight)?;
-        options.limits.check_metadata(&spec.metadata)?;
-        let timeouts = HealthTimeouts::from_metadata(&spec.metadata, options.health)?;
+        limits.check_metadata(&spec.metadata)?;
+        let timeouts = HealthTimeouts::from_metadata(&spec.metadata, health)?;
         let instance_id = match spec.instance_id {
             Some(id) if !id.trim().is_empty() => {
                 if id.len() > 512 {
@@ -390,8 +379,17 @@ impl Instance {
             timeouts,
             owner,
         };
-        instance.zone = options.zone_of(&instance);
+        instance.zone = instance.zone_under(zone_key);
         Ok(instance)
+    }
+
+    /// Its zone: metadata `zone_key` if present and not blank, else its
+    /// cluster's name.
+    pub(crate) fn zone_under(&self, zone_key: &str) -> String {
+        match self.metadata.get(zone_key) {
+            Some(zone) if !zone.trim().is_empty() => zone.clone(),
+            _ => self.cluster.as_str().to_owned(),
+        }
     }
 
     /// Its key inside the service.

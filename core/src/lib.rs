@@ -30,6 +30,7 @@ mod config;
 mod error;
 mod event;
 mod instance;
+mod kind;
 mod liveness;
 mod metadata;
 mod name;
@@ -42,9 +43,10 @@ pub use error::Error;
 pub use event::{Change, Event};
 pub use instance::{
     check_ip, check_weight, HealthTimeouts, Instance, InstanceKey, InstancePatch, InstanceSpec,
-    Limits, Metadata, Owner, ServiceKind, MAX_WEIGHT, META_BEAT_INTERVAL, META_BEAT_TIMEOUT,
+    Limits, Metadata, Owner, MAX_WEIGHT, META_BEAT_INTERVAL, META_BEAT_TIMEOUT,
     META_DELETE_TIMEOUT,
 };
+pub use kind::ServiceKind;
 pub use liveness::{
     beat_ring, responsible, responsible_for, BeatOutcome, LiveKey, Liveness, Transition,
 };

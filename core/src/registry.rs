@@ -9,6 +9,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::event::ChangeLog;
+use crate::instance::Rules;
 use crate::{
     Change, Command, ConfigItem, ConfigKey, ConfigSpec, Error, Event, GroupName, HealthSource,
     HealthTimeouts, Instance, InstanceKey, InstancePatch, InstanceSpec, Limits, Millis,
@@ -47,14 +48,7 @@ impl Default for RegistryOptions {
 impl RegistryOptions {
     /// The zone of an instance under these options.
     pub fn zone_of(&self, instance: &Instance) -> String {
-        zone_of(&self.zone_key, instance)
-    }
-}
-
-fn zone_of(zone_key: &str, instance: &Instance) -> String {
-    match instance.metadata.get(zone_key) {
-        Some(zone) if !zone.trim().is_empty() => zone.clone(),
-        _ => instance.cluster.as_str().to_owned(),
+        instance.zone_under(&self.zone_key)
     }
 }
 
@@ -683,7 +677,16 @@ impl Registry {
         // Validate everything before the first mutation.
         let mut built: BTreeMap<InstanceKey, Instance> = BTreeMap::new();
         for spec in specs {
-            let instance = Instance::build(key, spec.clone(), owner.clone(), &self.options)?;
+            let instance = Instance::build(
+                key,
+                spec.clone(),
+                owner.clone(),
+                Rules {
+                    limits: &self.options.limits,
+                    health: self.options.health,
+                    zone_key: &self.options.zone_key,
+                },
+            )?;
             built.insert(instance.key(), instance);
         }
 
@@ -917,7 +920,7 @@ impl Registry {
         if let Some(instance) = service.instances.get_mut(ikey) {
             let mut patched = Instance::clone(instance);
             if patch.apply_to(&mut patched) {
-                patched.zone = zone_of(&zone_key, &patched);
+                patched.zone = patched.zone_under(&zone_key);
                 *instance = Arc::new(patched);
                 tx.events.push(Event::InstanceChanged {
                     service: key.clone(),
