@@ -276,6 +276,8 @@ struct Inner {
     auth: crate::auth::Auth,
     /// The slots for ordinary requests.
     admission: crate::admission::Admission,
+    /// The node's tasks, for work started by a request (a take-over).
+    tasks: TaskTracker,
 }
 
 /// A connection id held open by this process; released on drop.
@@ -440,6 +442,7 @@ impl Node {
                 view,
                 auth,
                 admission,
+                tasks: tasks.clone(),
             }),
         };
         let weak = Arc::downgrade(&node.inner);
@@ -752,7 +755,7 @@ impl Node {
                 Err(e) => AdminReply::Refused(e.to_string()),
             },
             AdminRequest::TakeOver => {
-                tokio::spawn(take_over(
+                self.inner.tasks.spawn(take_over(
                     self.inner.raft.clone(),
                     self.inner.config.node_id,
                     self.inner.config.cluster.election_timeout_ms,

@@ -13,7 +13,7 @@ use understudy_proto::nacos_rpc::{
 use understudy_proto::DecodeError;
 
 use super::conn::Conn;
-use super::naming::Failure;
+use super::kind::Failure;
 use crate::node::{Node, ProposeError};
 
 pub(crate) fn query(node: &Node, envelope: &Envelope) -> Result<Payload, Failure> {

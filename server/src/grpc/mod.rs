@@ -6,6 +6,7 @@
 
 mod config;
 mod conn;
+pub(crate) mod kind;
 pub(crate) mod naming;
 pub(crate) mod native;
 
@@ -118,6 +119,7 @@ pub(crate) async fn serve(
         }
     });
 
+    let stop_native = shutdown.clone();
     let reset_conns = conns.clone();
     let signal = async move {
         shutdown.cancelled().await;
@@ -136,6 +138,8 @@ pub(crate) async fn serve(
         .add_service(
             understudy_proto::native::registry_server::RegistryServer::new(native::NativeApi {
                 node: node.clone(),
+                tasks: tasks.clone(),
+                stop: stop_native,
             })
             .max_decoding_message_size(max)
             .max_encoding_message_size(max),
@@ -229,7 +233,7 @@ async fn read(
         };
         let envelope = Envelope::open(payload);
         conn.touch(node.now());
-        if envelope.kind == "ConnectionSetupRequest" {
+        if kind::RequestKind::parse(&envelope.kind) == Some(kind::RequestKind::ConnectionSetup) {
             setup(&conn, &envelope);
         } else if envelope.kind.ends_with("Response") {
             match envelope.decode::<ClientAck>() {

@@ -11,72 +11,23 @@ use understudy_proto::nacos::{Hosts, NameStyle, ServiceInfoRef, View};
 use understudy_proto::nacos_rpc::{
     error_response, error_response_as, parse_clusters, seal, BatchInstanceRequest, Empty, Envelope,
     InstanceAck, InstanceRequest, Response, ServerCheck, ServiceInfoBody, ServiceList,
-    ServiceListRequest, ServiceQueryRequest, SubscribeServiceRequest, INVALID_PARAM, NO_HANDLER,
-    NO_RIGHT, OVER_THRESHOLD, SERVER_ERROR, UN_REGISTER,
+    ServiceListRequest, ServiceQueryRequest, SubscribeServiceRequest, NO_HANDLER, NO_RIGHT,
+    OVER_THRESHOLD, SERVER_ERROR, UN_REGISTER,
 };
 use understudy_proto::DecodeError;
 
+use super::config;
 use super::conn::Conn;
-use crate::node::{Node, ProposeError};
+use super::kind::{Failure, RequestKind};
+use crate::node::Node;
 use crate::push::PushTarget;
-
-/// Why a request failed, rendered as an `ErrorResponse`.
-#[derive(Debug)]
-pub(crate) struct Failure {
-    code: i32,
-    message: String,
-}
-
-impl From<DecodeError> for Failure {
-    fn from(e: DecodeError) -> Self {
-        Self {
-            code: INVALID_PARAM,
-            message: e.to_string(),
-        }
-    }
-}
-
-impl From<ProposeError> for Failure {
-    fn from(e: ProposeError) -> Self {
-        let code = match &e {
-            ProposeError::Rejected(understudy_core::Error::OverLimit { .. })
-            | ProposeError::Busy => OVER_THRESHOLD,
-            ProposeError::Rejected(_) => INVALID_PARAM,
-            ProposeError::ShuttingDown | ProposeError::Unavailable { .. } => SERVER_ERROR,
-        };
-        Self {
-            code,
-            message: e.to_string(),
-        }
-    }
-}
-
-impl Failure {
-    /// A configured limit was hit.
-    pub(crate) fn over_limit(message: impl Into<String>) -> Self {
-        Self {
-            code: OVER_THRESHOLD,
-            message: message.into(),
-        }
-    }
-
-    fn invalid(message: impl Into<String>) -> Self {
-        Self {
-            code: INVALID_PARAM,
-            message: message.into(),
-        }
-    }
-
-    fn into_payload(self) -> Payload {
-        error_response(self.code, self.message)
-    }
-}
 
 /// Answers one unary request.
 pub(crate) async fn dispatch(node: &Node, conn: &Arc<Conn>, envelope: Envelope) -> Payload {
     conn.touch(node.now());
-    let kind = envelope.kind.clone();
-    if kind == "ServerCheckRequest" {
+    let kind = RequestKind::parse(&envelope.kind);
+    let label = RequestKind::label(kind);
+    if kind == Some(RequestKind::ServerCheck) {
         let reset_after = node.config().cluster.quorum_loss_reset;
         if let Some(lost) = node.quorum_lost_for().filter(|lost| *lost >= reset_after) {
             // Clients try their next server on a failed check.
@@ -98,18 +49,19 @@ pub(crate) async fn dispatch(node: &Node, conn: &Arc<Conn>, envelope: Envelope) 
     if !conn.is_registered() {
         return error_response(UN_REGISTER, "Connection is unregistered.");
     }
-    if kind != "HealthCheckRequest" {
+    if kind != Some(RequestKind::HealthCheck) {
         if let Err(denied) = authorized(node, &envelope) {
-            metrics::counter!("understudy_grpc_requests_total", "type" => known_type(&kind), "outcome" => "denied")
+            metrics::counter!("understudy_grpc_requests_total", "type" => label, "outcome" => "denied")
                 .increment(1);
-            return error_response_as(response_kind(&kind), NO_RIGHT, denied.to_string());
+            let response = kind.map_or("ErrorResponse", RequestKind::response);
+            return error_response_as(response, NO_RIGHT, denied.to_string());
         }
     }
-    let _slot = if takes_a_slot(&envelope) {
+    let _slot = if takes_a_slot(kind, &envelope) {
         match node.admission().enter("grpc").await {
             Ok(slot) => Some(slot),
             Err(busy) => {
-                metrics::counter!("understudy_grpc_requests_total", "type" => known_type(&kind), "outcome" => "busy")
+                metrics::counter!("understudy_grpc_requests_total", "type" => label, "outcome" => "busy")
                     .increment(1);
                 return error_response(OVER_THRESHOLD, busy.to_string());
             }
@@ -118,30 +70,34 @@ pub(crate) async fn dispatch(node: &Node, conn: &Arc<Conn>, envelope: Envelope) 
         None
     };
     let started = std::time::Instant::now();
-    let result = match kind.as_str() {
-        "HealthCheckRequest" => Ok(seal("HealthCheckResponse", &Response::ok(Empty {}))),
-        "InstanceRequest" => instance(node, conn, &envelope, Persistence::Connection).await,
-        "PersistentInstanceRequest" => {
+    let result = match kind {
+        Some(RequestKind::HealthCheck) => Ok(seal("HealthCheckResponse", &Response::ok(Empty {}))),
+        Some(RequestKind::Instance) => {
+            instance(node, conn, &envelope, Persistence::Connection).await
+        }
+        Some(RequestKind::PersistentInstance) => {
             instance(node, conn, &envelope, Persistence::Persistent).await
         }
-        "BatchInstanceRequest" => batch(node, conn, &envelope).await,
-        "ServiceQueryRequest" => query(node, &envelope),
-        "SubscribeServiceRequest" => subscribe(node, conn, &envelope),
-        "ServiceListRequest" => service_list(node, &envelope),
-        "ConfigQueryRequest" => super::config::query(node, &envelope),
-        "ConfigPublishRequest" => super::config::publish(node, &envelope).await,
-        "ConfigRemoveRequest" => super::config::remove(node, &envelope).await,
-        "ConfigBatchListenRequest" => super::config::batch_listen(node, conn, &envelope),
-        _ => Err(Failure {
+        Some(RequestKind::BatchInstance) => batch(node, conn, &envelope).await,
+        Some(RequestKind::ServiceQuery) => query(node, &envelope),
+        Some(RequestKind::Subscribe) => subscribe(node, conn, &envelope),
+        Some(RequestKind::ServiceList) => service_list(node, &envelope),
+        Some(RequestKind::ConfigQuery) => config::query(node, &envelope),
+        Some(RequestKind::ConfigPublish) => config::publish(node, &envelope).await,
+        Some(RequestKind::ConfigRemove) => config::remove(node, &envelope).await,
+        Some(RequestKind::ConfigBatchListen) => config::batch_listen(node, conn, &envelope),
+        Some(RequestKind::ServerCheck | RequestKind::ConnectionSetup) | None => Err(Failure {
             code: NO_HANDLER,
-            message: format!("RequestHandler Not Found: no handler for request type '{kind}'"),
+            message: format!(
+                "RequestHandler Not Found: no handler for request type '{}'",
+                envelope.kind
+            ),
         }),
     };
     let outcome = if result.is_ok() { "ok" } else { "error" };
-    let kind = known_type(&kind);
-    metrics::counter!("understudy_grpc_requests_total", "type" => kind, "outcome" => outcome)
+    metrics::counter!("understudy_grpc_requests_total", "type" => label, "outcome" => outcome)
         .increment(1);
-    metrics::histogram!("understudy_grpc_request_seconds", "type" => kind)
+    metrics::histogram!("understudy_grpc_request_seconds", "type" => label)
         .record(started.elapsed().as_secs_f64());
     result.unwrap_or_else(Failure::into_payload)
 }
@@ -149,15 +105,15 @@ pub(crate) async fn dispatch(node: &Node, conn: &Arc<Conn>, envelope: Envelope) 
 /// Whether a request takes a slot (see [`crate::admission`]): all do but
 /// the connection's health check and deregistrations, which keep the
 /// registry true under load.
-fn takes_a_slot(envelope: &Envelope) -> bool {
+fn takes_a_slot(kind: Option<RequestKind>, envelope: &Envelope) -> bool {
     #[derive(serde::Deserialize)]
     struct Kind {
         #[serde(rename = "type")]
         kind: Option<String>,
     }
-    match envelope.kind.as_str() {
-        "HealthCheckRequest" => false,
-        "InstanceRequest" => !envelope
+    match kind {
+        Some(RequestKind::HealthCheck) => false,
+        Some(RequestKind::Instance) => !envelope
             .decode::<Kind>()
             .is_ok_and(|body| body.kind.as_deref() == Some("deregisterInstance")),
         _ => true,
@@ -185,40 +141,6 @@ fn authorized(node: &Node, envelope: &Envelope) -> Result<(), crate::auth::Denie
             .remove("accessToken"),
     };
     auth.check(token.as_deref(), false, node.now())
-}
-
-/// The response type a request's handler answers with.
-fn response_kind(kind: &str) -> &'static str {
-    match kind {
-        "InstanceRequest" | "PersistentInstanceRequest" => "InstanceResponse",
-        "BatchInstanceRequest" => "BatchInstanceResponse",
-        "ServiceQueryRequest" => "QueryServiceResponse",
-        "SubscribeServiceRequest" => "SubscribeServiceResponse",
-        "ServiceListRequest" => "ServiceListResponse",
-        "ConfigQueryRequest" => "ConfigQueryResponse",
-        "ConfigPublishRequest" => "ConfigPublishResponse",
-        "ConfigRemoveRequest" => "ConfigRemoveResponse",
-        "ConfigBatchListenRequest" => "ConfigChangeBatchListenResponse",
-        _ => "ErrorResponse",
-    }
-}
-
-/// Bounds the metric label to the request types understood.
-pub(crate) fn known_type(kind: &str) -> &'static str {
-    match kind {
-        "HealthCheckRequest" => "HealthCheckRequest",
-        "InstanceRequest" => "InstanceRequest",
-        "PersistentInstanceRequest" => "PersistentInstanceRequest",
-        "BatchInstanceRequest" => "BatchInstanceRequest",
-        "ServiceQueryRequest" => "ServiceQueryRequest",
-        "SubscribeServiceRequest" => "SubscribeServiceRequest",
-        "ServiceListRequest" => "ServiceListRequest",
-        "ConfigQueryRequest" => "ConfigQueryRequest",
-        "ConfigPublishRequest" => "ConfigPublishRequest",
-        "ConfigRemoveRequest" => "ConfigRemoveRequest",
-        "ConfigBatchListenRequest" => "ConfigBatchListenRequest",
-        _ => "other",
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,6 +14,8 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt as _;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use understudy_core::{
     Change, Event, GroupName, NamespaceId, Registry, Service, ServiceKey, ServiceName,
 };
@@ -34,6 +36,13 @@ const WATCHER_BUFFER: usize = 32;
 
 pub(crate) struct NativeApi {
     pub(crate) node: Node,
+    /// Owns the watch and session tasks, so shutdown waits for them and
+    /// `understudy_tasks_alive` counts them.
+    pub(crate) tasks: TaskTracker,
+    /// Fires when the node stops or is killed: watches and sessions end
+    /// then, and a session's instances stay (the node is going away, not
+    /// the client, which re-registers where it reconnects).
+    pub(crate) stop: CancellationToken,
 }
 
 /// What a watch covers.
@@ -279,27 +288,39 @@ const CATCH_UP: std::time::Duration = std::time::Duration::from_secs(5);
 /// a resume token of its own cluster (learning which cluster that is first,
 /// if it has applied nothing yet), so a watcher that moves to a node that
 /// is behind resumes there instead of going back to an older snapshot.
-/// Gives up quietly: the watch then starts from a snapshot.
-async fn catch_up(node: &Node, resume: &ResumeToken) {
+/// Still behind then, the watch is refused as `UNAVAILABLE`: the watcher
+/// keeps its list and tries again, here or elsewhere; an older state would
+/// bring back instances that are gone and drop ones that were added.
+#[allow(clippy::result_large_err)] // tonic's error type
+async fn catch_up(node: &Node, resume: &ResumeToken) -> Result<(), tonic::Status> {
     let mut changes = node.state().watch_changes();
     let deadline = tokio::time::Instant::now() + CATCH_UP;
     loop {
         let state = node.state();
+        let applied = node.registry().revision();
         let behind = if state.cluster_known() {
-            *resume.cluster_id == *state.cluster_id()
-                && node.registry().revision() < resume.revision
+            *resume.cluster_id == *state.cluster_id() && applied < resume.revision
         } else {
             true
         };
         if !behind {
-            return;
+            return Ok(());
+        }
+        let refuse = || {
+            tonic::Status::unavailable(format!(
+                "resume.revision: this node has applied revision {applied}, behind the watcher's {} after {CATCH_UP:?}; try again or another node",
+                resume.revision
+            ))
+        };
+        if tokio::time::Instant::now() >= deadline {
+            return Err(refuse());
         }
         // Ticks change no revision: poll as well as listen.
         let wake = tokio::time::Instant::now() + std::time::Duration::from_millis(50);
-        match tokio::time::timeout_at(deadline.min(wake), changes.recv()).await {
-            Err(_) if tokio::time::Instant::now() >= deadline => return,
-            Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => return,
-            _ => {}
+        if let Ok(Err(RecvError::Closed)) =
+            tokio::time::timeout_at(deadline.min(wake), changes.recv()).await
+        {
+            return Err(refuse());
         }
     }
 }
@@ -532,10 +553,11 @@ impl NativeApi {
         request: tonic::Request<tonic::Streaming<native::SessionRequest>>,
     ) -> Result<tonic::Response<SessionStream>, tonic::Status> {
         let (tx, rx) = mpsc::channel(64);
-        tokio::spawn(Self::run_session(
+        self.tasks.spawn(Self::run_session(
             self.node.clone(),
             request.into_inner(),
             tx,
+            self.stop.clone(),
         ));
         Ok(tonic::Response::new(ReceiverStream::new(rx)))
     }
@@ -560,7 +582,7 @@ impl NativeApi {
         });
         let node = self.node.clone();
         if let Some(resume) = &request.resume {
-            catch_up(&node, resume).await;
+            catch_up(&node, resume).await?;
         }
         // Subscribe first, then read the starting point.
         let mut changes = node.state().watch_changes();
@@ -572,7 +594,8 @@ impl NativeApi {
         } = start(&node, &scope, request.resume.as_ref());
         let (tx, rx) = mpsc::channel(WATCHER_BUFFER);
         metrics::gauge!("understudy_watches").increment(1.0);
-        tokio::spawn(async move {
+        let stop = self.stop.clone();
+        self.tasks.spawn(async move {
             let sent = metrics::counter!("understudy_watch_events_total");
             let forward = async {
                 if let Some(snapshot) = snapshot {
@@ -643,7 +666,15 @@ impl NativeApi {
                     }
                 }
             };
-            let _: Result<(), ()> = forward.await;
+            tokio::select! {
+                // The watcher went away or the node's history ended.
+                ended = forward => {
+                    let _: Result<(), ()> = ended;
+                }
+                // The node stops: the stream ends and the watcher resumes
+                // elsewhere with its token.
+                () = stop.cancelled() => {}
+            }
             drop(slot);
             metrics::gauge!("understudy_watches").decrement(1.0);
         });
@@ -870,6 +901,7 @@ impl NativeApi {
         node: Node,
         mut inbound: tonic::Streaming<native::SessionRequest>,
         tx: mpsc::Sender<Result<native::SessionResponse, tonic::Status>>,
+        stop: CancellationToken,
     ) {
         // The start time tells this run's sessions from an earlier run's,
         // whose instances may still be in the registry.
@@ -897,6 +929,9 @@ impl NativeApi {
                 u64::from(keepalive) * u64::from(KEEPALIVE_MISSES),
             );
             tokio::select! {
+                // The node stops or is killed: the session ends without
+                // removing its instances.
+                () = stop.cancelled() => return,
                 message = inbound.next() => {
                     let Some(Ok(request)) = message else { break };
                     last_heard = tokio::time::Instant::now();
@@ -949,6 +984,10 @@ impl NativeApi {
                 }
                 () = tx.closed() => break,
             }
+        }
+        // A stream cut by the node's own stop is no client going away.
+        if stop.is_cancelled() {
+            return;
         }
         let op = understudy_core::Op::RemoveOwner {
             owner,

@@ -1,0 +1,173 @@
+//! The Nacos gRPC request types the server answers, as one enum: the
+//! dispatch, the response type a refusal is rendered as, the metric label
+//! and the fuzz target all read it, so they cannot drift apart. And
+//! [`Failure`], why a request failed, rendered as an `ErrorResponse`.
+
+use understudy_proto::grpc::Payload;
+use understudy_proto::nacos_rpc::{error_response, INVALID_PARAM, OVER_THRESHOLD, SERVER_ERROR};
+use understudy_proto::DecodeError;
+
+use crate::node::ProposeError;
+
+/// A request type, by its Nacos class name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestKind {
+    /// The first request of a connection, before it is registered.
+    ServerCheck,
+    /// The stream's first message, on the bi-stream only.
+    ConnectionSetup,
+    /// A client's keepalive.
+    HealthCheck,
+    /// Register or deregister one ephemeral instance (or several, as one
+    /// owner's entry).
+    Instance,
+    /// Register or deregister one persistent instance.
+    PersistentInstance,
+    /// Replace the connection's instances of a service.
+    BatchInstance,
+    /// Read a service's instances.
+    ServiceQuery,
+    /// Subscribe to (or unsubscribe from) a service's pushes.
+    Subscribe,
+    /// A page of a group's service names.
+    ServiceList,
+    /// Read a config.
+    ConfigQuery,
+    /// Publish a config.
+    ConfigPublish,
+    /// Remove a config.
+    ConfigRemove,
+    /// Listen to (or stop listening to) configs.
+    ConfigBatchListen,
+}
+
+impl RequestKind {
+    /// Every type, in dispatch order.
+    pub const ALL: [RequestKind; 13] = [
+        RequestKind::ServerCheck,
+        RequestKind::ConnectionSetup,
+        RequestKind::HealthCheck,
+        RequestKind::Instance,
+        RequestKind::PersistentInstance,
+        RequestKind::BatchInstance,
+        RequestKind::ServiceQuery,
+        RequestKind::Subscribe,
+        RequestKind::ServiceList,
+        RequestKind::ConfigQuery,
+        RequestKind::ConfigPublish,
+        RequestKind::ConfigRemove,
+        RequestKind::ConfigBatchListen,
+    ];
+
+    /// The type a payload names, if the server answers it.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|kind| kind.name() == name)
+    }
+
+    /// Its Nacos class name, as payloads carry it.
+    pub fn name(self) -> &'static str {
+        match self {
+            RequestKind::ServerCheck => "ServerCheckRequest",
+            RequestKind::ConnectionSetup => "ConnectionSetupRequest",
+            RequestKind::HealthCheck => "HealthCheckRequest",
+            RequestKind::Instance => "InstanceRequest",
+            RequestKind::PersistentInstance => "PersistentInstanceRequest",
+            RequestKind::BatchInstance => "BatchInstanceRequest",
+            RequestKind::ServiceQuery => "ServiceQueryRequest",
+            RequestKind::Subscribe => "SubscribeServiceRequest",
+            RequestKind::ServiceList => "ServiceListRequest",
+            RequestKind::ConfigQuery => "ConfigQueryRequest",
+            RequestKind::ConfigPublish => "ConfigPublishRequest",
+            RequestKind::ConfigRemove => "ConfigRemoveRequest",
+            RequestKind::ConfigBatchListen => "ConfigBatchListenRequest",
+        }
+    }
+
+    /// The response type its handler answers with.
+    pub fn response(self) -> &'static str {
+        match self {
+            RequestKind::ServerCheck => "ServerCheckResponse",
+            RequestKind::ConnectionSetup => "ErrorResponse",
+            RequestKind::HealthCheck => "HealthCheckResponse",
+            RequestKind::Instance | RequestKind::PersistentInstance => "InstanceResponse",
+            RequestKind::BatchInstance => "BatchInstanceResponse",
+            RequestKind::ServiceQuery => "QueryServiceResponse",
+            RequestKind::Subscribe => "SubscribeServiceResponse",
+            RequestKind::ServiceList => "ServiceListResponse",
+            RequestKind::ConfigQuery => "ConfigQueryResponse",
+            RequestKind::ConfigPublish => "ConfigPublishResponse",
+            RequestKind::ConfigRemove => "ConfigRemoveResponse",
+            RequestKind::ConfigBatchListen => "ConfigChangeBatchListenResponse",
+        }
+    }
+
+    /// The metric label of a payload's type: its name, or `other`, so the
+    /// label set stays bounded.
+    pub fn label(kind: Option<Self>) -> &'static str {
+        kind.map_or("other", Self::name)
+    }
+}
+
+/// Why a request failed, rendered as an `ErrorResponse`.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub(super) code: i32,
+    pub(super) message: String,
+}
+
+impl From<DecodeError> for Failure {
+    fn from(e: DecodeError) -> Self {
+        Self::invalid(e.to_string())
+    }
+}
+
+impl From<ProposeError> for Failure {
+    fn from(e: ProposeError) -> Self {
+        let code = match &e {
+            ProposeError::Rejected(understudy_core::Error::OverLimit { .. })
+            | ProposeError::Busy => OVER_THRESHOLD,
+            ProposeError::Rejected(_) => INVALID_PARAM,
+            ProposeError::ShuttingDown | ProposeError::Unavailable { .. } => SERVER_ERROR,
+        };
+        Self {
+            code,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl Failure {
+    /// A configured limit was hit.
+    pub(crate) fn over_limit(message: impl Into<String>) -> Self {
+        Self {
+            code: OVER_THRESHOLD,
+            message: message.into(),
+        }
+    }
+
+    /// A field is missing or malformed.
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
+        Self {
+            code: INVALID_PARAM,
+            message: message.into(),
+        }
+    }
+
+    pub(super) fn into_payload(self) -> Payload {
+        error_response(self.code, self.message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_parses_back_from_its_name() {
+        for kind in RequestKind::ALL {
+            assert_eq!(RequestKind::parse(kind.name()), Some(kind));
+        }
+        assert_eq!(RequestKind::parse("NoSuchRequest"), None);
+        assert_eq!(RequestKind::label(None), "other");
+    }
+}
