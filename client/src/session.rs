@@ -8,7 +8,7 @@ use std::sync::Weak;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, DropGuard};
 use understudy_core::ServiceKey;
 use understudy_proto::native::registry_client::RegistryClient;
 use understudy_proto::native::{
@@ -110,12 +110,50 @@ enum Desire {
 /// changes what is registered again after a reconnect.
 type Pending = HashMap<u64, (oneshot::Sender<Result<(), ClientError>>, Desire)>;
 
-/// A session kept open while its successor registers: the request sender
-/// and the answer stream. Dropping it ends that session.
-type Held = (
-    mpsc::Sender<SessionRequest>,
-    tonic::Streaming<native::SessionResponse>,
-);
+/// A session kept open while its successor registers: a task keeps
+/// sending its keepalives (so the server does not end it for silence while
+/// the successor waits on a node that is not ready) and reads its answers.
+/// Dropping it ends that session.
+struct Held {
+    _stop: DropGuard,
+}
+
+impl Held {
+    fn keep(
+        inner: &Inner,
+        tx: mpsc::Sender<SessionRequest>,
+        mut answers: tonic::Streaming<native::SessionResponse>,
+        keepalive: Duration,
+    ) -> Self {
+        let stop = CancellationToken::new();
+        let stopped = stop.clone();
+        inner.tasks.spawn(async move {
+            let mut ticker = tokio::time::interval(keepalive);
+            loop {
+                tokio::select! {
+                    () = stopped.cancelled() => return,
+                    answer = answers.message() => {
+                        if !matches!(answer, Ok(Some(_))) {
+                            return;
+                        }
+                    }
+                    _ = ticker.tick() => {
+                        let beat = SessionRequest {
+                            request_id: 0,
+                            kind: Some(session_request::Kind::Keepalive(Keepalive {})),
+                        };
+                        if tx.send(beat).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        Self {
+            _stop: stop.drop_guard(),
+        }
+    }
+}
 
 /// How a session connection ended.
 enum Ended {
@@ -124,7 +162,7 @@ enum Ended {
     /// It failed or the server ended it.
     Failed(String),
     /// Home answers again: register there, then let this one go.
-    Home(usize, Box<Held>),
+    Home(usize, Held),
 }
 
 /// Runs the provider session until the client goes away.
@@ -152,7 +190,7 @@ pub(crate) async fn run(
         };
         let ended = tokio::select! {
             () = cancel.cancelled() => return,
-            ended = once.run(&mut desired, &mut requests, &mut reconnect, previous.take()) => ended,
+            ended = once.run(&mut desired, &mut requests, &mut reconnect, &mut previous) => ended,
         };
         let Some(client) = inner.upgrade() else {
             return;
@@ -166,7 +204,7 @@ pub(crate) async fn run(
             Ended::Home(index, held) => {
                 tracing::info!(from = %endpoint.uri, to = %client.endpoints[index].uri,
                     "the local DC answers again; the session moves back");
-                previous = Some(*held);
+                previous = Some(held);
                 reconnect.go_home(index);
                 Duration::ZERO
             }
@@ -189,14 +227,15 @@ struct Once<'a> {
 
 impl Once<'_> {
     /// Runs one session connection. `previous`, the session this one
-    /// replaces, is kept open until everything wanted is registered here,
-    /// so a move between nodes never leaves the instances unowned.
+    /// replaces, is kept open until everything wanted is registered here
+    /// (across failed attempts too), so a move between nodes never leaves
+    /// the instances unowned.
     async fn run(
         &self,
         desired: &mut BTreeMap<ServiceKey, Vec<InstanceSpec>>,
         requests: &mut mpsc::Receiver<Request>,
         reconnect: &mut Reconnect,
-        previous: Option<Held>,
+        previous: &mut Option<Held>,
     ) -> Ended {
         match session_once(self, desired, requests, reconnect, previous).await {
             Ok(ended) => ended,
@@ -211,7 +250,7 @@ async fn session_once(
     desired: &mut BTreeMap<ServiceKey, Vec<InstanceSpec>>,
     requests: &mut mpsc::Receiver<Request>,
     reconnect: &mut Reconnect,
-    mut previous: Option<Held>,
+    previous: &mut Option<Held>,
 ) -> Result<Ended, String> {
     let (inner, keepalive) = (once.inner, once.keepalive);
     let channel = connect(once.endpoint, once.timeout).await?;
@@ -292,9 +331,21 @@ async fn session_once(
             answer = answers.message() => {
                 let answer = answer.map_err(|s| s.message().to_owned())?.ok_or("the session ended")?;
                 reconnect.succeeded();
-                if registering.remove(&answer.request_id) && registering.is_empty() {
-                    // Registered here: the session this one replaces may go.
-                    drop(previous.take());
+                if registering.remove(&answer.request_id) {
+                    if let Some(session_response::Kind::Error(e)) = &answer.kind {
+                        // No field at fault: the node could not carry it out
+                        // (no leader yet, cut off). Not registered here, so
+                        // the session this one replaces must stay: try again.
+                        if e.field.is_empty() {
+                            return Err(format!("registering again failed: {}", e.message));
+                        }
+                        tracing::warn!(field = %e.field, message = %e.message,
+                            "a registration was refused when registered again; it is not registered");
+                    }
+                    if registering.is_empty() {
+                        // Registered here: the session this one replaces may go.
+                        drop(previous.take());
+                    }
                 }
                 let Some((reply, desire)) = pending.remove(&answer.request_id) else { continue };
                 let outcome = match answer.kind {
@@ -322,7 +373,9 @@ async fn session_once(
             }
             // Moves only with nothing in flight, so no caller loses its answer.
             index = &mut home, if pending.is_empty() && registering.is_empty() => {
-                return Ok(Ended::Home(index, Box::new((tx.clone(), answers))));
+                let Some(client) = inner.upgrade() else { return Ok(Ended::ClientGone) };
+                let held = Held::keep(&client, tx.clone(), answers, keepalive);
+                return Ok(Ended::Home(index, held));
             }
         }
     }

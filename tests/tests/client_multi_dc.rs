@@ -9,7 +9,10 @@
 //! - lag on the client's DC link: its directory lags by about the link's
 //!   latency, and says so;
 //! - a provider's registry node killed: its session moves, consumers never
-//!   see its instance removed.
+//!   see its instance removed;
+//! - that node back but unable to write (cut off from the leader): the
+//!   session going home keeps the session it leaves until it is
+//!   registered at home, so consumers still never see the instance go.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -370,6 +373,67 @@ async fn a_providers_registry_node_dies_and_consumers_never_see_it_removed() -> 
     assert_eq!(ips(&directory), ["10.0.2.7"]);
     for list in lists.lock().unwrap().iter() {
         assert_eq!(list, &["10.0.2.7"], "the consumer saw the provider change");
+    }
+    provider.shutdown().await;
+    consumer.shutdown().await;
+    sim.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_session_going_home_to_a_node_that_cannot_write_keeps_its_instances() -> anyhow::Result<()>
+{
+    let data = tempfile::tempdir()?;
+    let mut spec = spec(&[]);
+    spec.settings.data_dir = Some(data.path().to_owned());
+    let mut sim = Sim::start(&spec, Duration::from_secs(20)).await?;
+    let leader = sim
+        .leader(Duration::from_secs(10))
+        .await
+        .map_err(anyhow::Error::msg)?;
+    anyhow::ensure!(leader != 3, "hz leads: node 3 is the one that dies");
+    let provider = client(&sim, "sh")?;
+    provider
+        .register(service(), vec![spec_at("10.0.2.8")])
+        .await?;
+    // A provider in hz too, so that no empty-list protection hides a
+    // removal from the consumer.
+    let consumer = client(&sim, "hz")?;
+    consumer
+        .register(service(), vec![spec_at("10.0.1.9")])
+        .await?;
+    let directory = consumer.directory(service());
+    let both = ["10.0.1.9", "10.0.2.8"];
+    wait_until(
+        "the consumer sees the providers",
+        Duration::from_secs(5),
+        || ips(&directory) == both,
+    )
+    .await?;
+    let lists = record(&directory);
+    sim.kill(3);
+    wait_until("the session moved to hz", Duration::from_secs(5), || {
+        !owner_nodes(&sim, leader).contains(&3)
+    })
+    .await?;
+    // Node 3 comes back cut off from hz: it answers the session's home
+    // probe but knows no leader, so it refuses the session's registration.
+    // The session must keep its hz session meanwhile.
+    sim.faults().partition("hz", "sh");
+    sim.restart(3).await?;
+    // Several home probes (at most PROBE_MAX apart) and refusals.
+    tokio::time::sleep(6 * PROBE_MAX).await;
+    assert_eq!(ips(&directory), both, "the instance went away");
+    sim.faults().heal_all();
+    wait_until(
+        "the session is home on node 3",
+        Duration::from_secs(15),
+        || owner_nodes(&sim, leader).contains(&3),
+    )
+    .await?;
+    assert_eq!(ips(&directory), both);
+    for list in lists.lock().unwrap().iter() {
+        assert_eq!(list, &both, "the consumer saw a provider change");
     }
     provider.shutdown().await;
     consumer.shutdown().await;
