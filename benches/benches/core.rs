@@ -1,8 +1,9 @@
 //! Core registry figures over 100k instances: registration, queries,
 //! snapshots and liveness expiry; push encoding; the client's balancer
 //! picks. Pure CPU, no runtime. Run with
-//! `cargo bench -p understudy-benches --bench core`; the README records
-//! the figures. Under `cargo test` each bench runs once as a smoke test.
+//! `cargo bench -p understudy-benches --bench core`; docs/performance.md
+//! ("Core figures") records the figures. Under `cargo test` each bench
+//! runs once as a smoke test.
 
 use std::hint::black_box;
 

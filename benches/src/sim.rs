@@ -342,7 +342,7 @@ pub struct ZoneParams {
 
 impl ZoneParams {
     /// The scenario as the seed describes it; what the seed leaves open is
-    /// stated in the README beside the results.
+    /// stated in docs/client.md ("Simulations") beside the results.
     pub fn seed() -> Self {
         Self {
             per_zone: 4,

@@ -1,6 +1,7 @@
-//! Every metric family the README lists is scraped, and moves as it should
-//! under known traffic: HTTP and Nacos gRPC requests, pushes, native
-//! watches, writes, expiry, raft indexes and the registry sizes.
+//! Every metric family docs/operations.md ("Metrics") lists is scraped,
+//! and moves as it should under known traffic: HTTP and Nacos gRPC
+//! requests, pushes, native watches, writes, expiry, raft indexes and the
+//! registry sizes.
 //!
 //! The recorder is process-wide, so this file holds one test: in its own
 //! process nothing else moves the counters, and the deltas are exact.
