@@ -275,10 +275,14 @@ impl Server {
     /// Starts `n` replicated nodes on ports chosen now (ids 1..=n, node 1
     /// forms the cluster) and waits until they agree on a leader.
     pub async fn start_cluster(n: u64, settings: Settings) -> anyhow::Result<Vec<Self>> {
+        // The raft ports are bound now and handed over as they are, so no
+        // other test can take one between choosing and serving it.
+        let mut raft_listeners = Vec::new();
         let mut raft_ports = Vec::new();
         for _ in 0..n {
-            let probe = std::net::TcpListener::bind("127.0.0.1:0")?;
-            raft_ports.push(probe.local_addr()?.port());
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+            raft_ports.push(listener.local_addr()?.port());
+            raft_listeners.push(Some(listener));
         }
         let mut servers = Vec::new();
         for id in 1..=n {
@@ -294,7 +298,11 @@ impl Server {
                 peers: Some(peers),
                 ..settings.clone()
             })?;
-            let listeners = Listeners::bind(&config).await?;
+            let listeners = Listeners {
+                http: tokio::net::TcpListener::bind("127.0.0.1:0").await?,
+                grpc: tokio::net::TcpListener::bind("127.0.0.1:0").await?,
+                raft: raft_listeners[(id - 1) as usize].take(),
+            };
             servers.push(Self::serve(config, listeners).await?);
         }
         // With TLS, the nodes' certificates are signed by the configured CA.

@@ -1,10 +1,13 @@
 //! Running `understudy` binaries as a cluster: distinct free ports per
 //! node, HTTP and gRPC on a Nacos pair (P, P + 1000) as every Nacos SDK
 //! expects, the raft port on its own; a process is SIGKILLed when its
-//! handle is dropped.
+//! handle is dropped. The ports come from below the OS's ephemeral range,
+//! where no port-0 bind of another test can take them before the node
+//! binds them.
 
 use std::collections::BTreeSet;
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -80,39 +83,87 @@ impl Drop for Proc {
     }
 }
 
-/// A port the OS just had free.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+/// Ports handed out in this test process: two nodes never get the same.
+static TAKEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+
+/// Where the ports handed out come from: below the range the OS picks
+/// port-0 binds from (Linux's `ip_local_port_range`), so no other test
+/// binding port 0 can take one between the check here and the node's own
+/// bind.
+fn port_range() -> std::ops::Range<u16> {
+    let floor = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    20_000..floor.max(24_000)
 }
 
-/// Picks distinct free ports: the OS may hand a just-released port out
-/// again, so every port taken is remembered.
-struct Picker(BTreeSet<u16>);
+/// Whether `port` can be bound now.
+fn bindable(port: u16) -> bool {
+    std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+}
+
+/// Distinct free ports from [`port_range`], the first `width` apart from
+/// the second when a pair is wanted.
+struct Picker {
+    next: u16,
+}
 
 impl Picker {
-    fn one(&mut self) -> u16 {
-        loop {
-            let p = free_port();
-            if self.0.insert(p) {
-                return p;
-            }
+    fn new() -> Self {
+        // Start somewhere else in each process, so two test processes
+        // running at once do not walk the same ports.
+        let range = port_range();
+        let span = u32::from(range.end - range.start);
+        let seed = std::process::id()
+            ^ std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+        Self {
+            next: range.start + (seed % span) as u16,
         }
     }
 
+    fn candidate(&mut self) -> u16 {
+        let range = port_range();
+        let port = self.next;
+        self.next = if port + 1 >= range.end {
+            range.start
+        } else {
+            port + 1
+        };
+        port
+    }
+
+    fn take(&mut self, ports: &[u16]) -> bool {
+        let mut taken = TAKEN.lock().unwrap_or_else(|p| p.into_inner());
+        if ports.iter().any(|p| taken.contains(p) || !bindable(*p)) {
+            return false;
+        }
+        taken.extend(ports);
+        true
+    }
+
+    fn one(&mut self) -> u16 {
+        for _ in 0..20_000 {
+            let port = self.candidate();
+            if self.take(&[port]) {
+                return port;
+            }
+        }
+        panic!("no free port in {:?}", port_range())
+    }
+
     fn nacos_pair(&mut self) -> (u16, u16) {
-        loop {
-            let http = self.one();
-            let Some(grpc) = http.checked_add(1000) else {
-                continue;
-            };
-            let free = std::net::TcpListener::bind(("127.0.0.1", grpc)).is_ok();
-            if free && self.0.insert(grpc) {
+        let range = port_range();
+        for _ in 0..20_000 {
+            let http = self.candidate();
+            let grpc = http + 1000;
+            if grpc < range.end && self.take(&[http, grpc]) {
                 return (http, grpc);
             }
         }
+        panic!("no free port pair (P, P + 1000) in {range:?}")
     }
 }
 
@@ -139,7 +190,7 @@ fn spawn(args: &[String]) -> Child {
 /// the node's id).
 pub(crate) fn start(dcs: &[&str], extra: &[&str]) -> Vec<Proc> {
     let n = dcs.len() as u64;
-    let mut picker = Picker(BTreeSet::new());
+    let mut picker = Picker::new();
     let layout: Vec<(u16, u16, u16)> = (0..n)
         .map(|_| {
             let (http, grpc) = picker.nacos_pair();
