@@ -1,4 +1,5 @@
-//! Generates the gRPC code (Nacos, the native API and the raft transport)
+//! Generates the gRPC code (Nacos, the native API, the raft transport and
+//! node-to-node control)
 //! with protox, a protobuf compiler written in Rust, so no system protoc is
 //! needed.
 
@@ -7,6 +8,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/nacos_grpc_service.proto",
         "proto/understudy_v1.proto",
         "proto/understudy_raft.proto",
+        "proto/understudy_peer.proto",
     ];
     for file in files {
         println!("cargo:rerun-if-changed={file}");

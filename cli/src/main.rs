@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use understudy_server::config::{Command as NodeCommand, ServeArgs};
+use understudy_server::cli::{Command as NodeCommand, ServeArgs};
 use understudy_server::{run, Listeners};
 
 /// The command line: the server's commands and `chaos`.

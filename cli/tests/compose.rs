@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use serde_norway::Value;
-use understudy_server::config::{Cli, Command as CliCommand};
+use understudy_server::cli::{Cli, Command as CliCommand};
 use understudy_server::ctl::{CtlArgs, CtlCommand};
 use understudy_server::ValidConfig;
 
@@ -493,29 +493,37 @@ fn ctl_health_exits_zero_against_a_running_node_and_nonzero_where_nothing_listen
         understudy().args(&args).output().expect("ctl health runs")
     };
 
-    let http = free_port();
+    // On port 0: the node's log says which port it bound.
     let mut node = Node(
         understudy()
-            .args(["--http-port", &http.to_string(), "--grpc-port", "0"])
+            .args(["--http-port", "0", "--grpc-port", "0"])
             .args(["--log", "info"])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .expect("the understudy binary starts"),
     );
-    // The node logs that it serves once it leads its one-member cluster.
+    // The node logs that it serves, and where, once it leads its
+    // one-member cluster.
     let log = BufReader::new(node.0.stderr.take().expect("a stderr pipe"));
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in log.lines().map_while(Result::ok) {
             if line.contains("serving the Nacos HTTP and gRPC APIs") {
-                let _ = tx.send(());
+                let port = line
+                    .split_whitespace()
+                    .find_map(|field| field.strip_prefix("http="))
+                    .and_then(|addr| addr.rsplit_once(':'))
+                    .and_then(|(_, port)| port.parse::<u16>().ok());
+                let _ = tx.send(port);
             }
         }
     });
     let within = Duration::from_secs(30);
-    rx.recv_timeout(within)
-        .unwrap_or_else(|_| panic!("the node did not serve within {within:?}"));
+    let http = rx
+        .recv_timeout(within)
+        .unwrap_or_else(|_| panic!("the node did not serve within {within:?}"))
+        .expect("the serving line names the HTTP address");
     let answer = health(http);
     assert!(
         answer.status.success(),

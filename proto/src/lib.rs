@@ -19,6 +19,7 @@
 pub mod nacos;
 pub mod nacos_rpc;
 mod native_conv;
+mod peer_conv;
 
 use thiserror::Error;
 
@@ -63,4 +64,13 @@ pub mod raft {
     #![allow(missing_docs, unreachable_pub)] // generated code
     #![allow(clippy::all, clippy::pedantic)] // generated code
     include!(concat!(env!("OUT_DIR"), "/understudy.raft.v1.rs"));
+}
+
+/// Node-to-node control (`understudy.peer.v1`): the `Peer` service on the
+/// raft port, with typed messages for forwarded writes and beats, status,
+/// fault settings, take-over and pings.
+pub mod peer {
+    #![allow(missing_docs, unreachable_pub)] // generated code
+    #![allow(clippy::all, clippy::pedantic)] // generated code
+    include!(concat!(env!("OUT_DIR"), "/understudy.peer.v1.rs"));
 }

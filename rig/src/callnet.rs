@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use understudy_server::raft::links::{Link, LinkSpec};
+use understudy_server::faults::{Link, LinkSpec};
 
 /// The least a retransmission costs (Linux's minimum RTO).
 pub const MIN_RTO: Duration = Duration::from_millis(200);

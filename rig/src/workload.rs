@@ -355,7 +355,7 @@ async fn sample(
 pub(crate) async fn converge(
     views: Vec<(NodeId, String, understudy_server::Node)>,
     killed: Arc<Mutex<BTreeSet<NodeId>>>,
-    faults: understudy_server::raft::links::LinkFaults,
+    faults: understudy_server::faults::LinkFaults,
 ) -> Option<Duration> {
     let started = Instant::now();
     let live = |killed: &BTreeSet<NodeId>| {

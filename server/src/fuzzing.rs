@@ -25,7 +25,7 @@ use openraft::storage::RaftStateMachine;
 use openraft::{Entry, LogId, RaftSnapshotBuilder, SnapshotMeta, Vote};
 use prost::Message;
 use understudy_core::{
-    BeatOutcome, Command, ConfigKey, GroupName, InstanceSpec, LiveKey, NamespaceId, Owner,
+    BeatOutcome, Command, ConfigKey, GroupName, InstanceSpec, NamespaceId, Owner,
 };
 use understudy_proto::grpc::Payload;
 use understudy_proto::nacos::BeatInfo;
@@ -38,11 +38,11 @@ use understudy_proto::{native, DecodeError};
 
 use crate::clock::Clock;
 use crate::config::{Settings, ValidConfig};
+use crate::faults::{FaultState, LinkFaults};
 use crate::http::error::ApiError;
 use crate::http::params::{parse_port, Api, Params};
 use crate::node::State;
 use crate::raft::disk::PersistedSnapshot;
-use crate::raft::network::{AdminReply, AdminRequest, ForwardAnswer};
 use crate::raft::store::{StateMachine, Waiters};
 use crate::raft::{codec, Batch, Member, NodeId, TypeConfig};
 
@@ -268,8 +268,11 @@ pub fn native_message(input: &[u8]) {
 
 // ---- raft ------------------------------------------------------------------
 
-/// One raft payload: the first byte picks what it is read as, the rest
-/// goes to [`codec::decode`]. Log entries, forwarded batches and
+/// One payload between nodes: the first byte picks what it is read as, the
+/// rest goes to [`codec::decode`] (raft's messages, log entries, batches)
+/// or to the peer service's protobuf decoder (beats and their answers,
+/// forward answers, a node's status, a fault model). Log entries,
+/// forwarded batches and
 /// append-entries requests are applied to a fresh state machine;
 /// snapshots are installed on one, and a snapshot it then builds must
 /// install elsewhere to the same registry.
@@ -305,7 +308,9 @@ pub fn raft_payload(input: &[u8]) {
             }
         }
         6 => {
-            let _ = codec::decode::<LiveKey>(bytes);
+            if let Ok(beat) = understudy_proto::peer::BeatRequest::decode(bytes) {
+                let _ = beat.key();
+            }
         }
         7 => {
             if let Ok(batch) = codec::decode::<Batch>(bytes) {
@@ -331,15 +336,26 @@ pub fn raft_payload(input: &[u8]) {
             >(bytes);
         }
         13 => {
-            let _ = codec::decode::<BeatOutcome>(bytes);
+            if let Ok(reply) = understudy_proto::peer::BeatReply::decode(bytes) {
+                let _ = understudy_proto::peer::BeatOutcome::try_from(reply.outcome)
+                    .map(BeatOutcome::try_from);
+            }
         }
         14 => {
-            let _ = codec::decode::<ForwardAnswer>(bytes);
+            let _ = understudy_proto::peer::ForwardReply::decode(bytes);
+        }
+        15 => {
+            if let Ok(reply) = understudy_proto::peer::StatusReply::decode(bytes) {
+                let _ = reply.status.map(crate::raft::NodeStatus::from);
+            }
         }
         _ => {
-            // Admin requests and replies travel as JSON.
-            let _ = serde_json::from_slice::<AdminRequest>(bytes);
-            let _ = serde_json::from_slice::<AdminReply>(bytes);
+            // A fault model as a peer sets it.
+            if let Ok(request) = understudy_proto::peer::SetFaultsRequest::decode(bytes) {
+                if let Some(state) = request.faults {
+                    let _ = LinkFaults::new(1).set_state(&FaultState::from(state));
+                }
+            }
         }
     }
 }

@@ -31,15 +31,18 @@
 
 mod admission;
 pub mod auth;
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod ctl;
+pub mod faults;
 // For `fuzz/` and the regression tests only; not part of the API.
 #[doc(hidden)]
 pub mod fuzzing;
 mod grpc;
 mod hosts;
 mod http;
+pub mod member;
 mod metrics;
 pub mod node;
 mod ownership;
@@ -47,10 +50,13 @@ mod probe;
 mod push;
 pub mod raft;
 pub mod sim;
+mod state;
 mod sweeper;
 mod tls;
 mod udp;
 pub mod view;
+mod wiring;
+mod write;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -97,7 +103,7 @@ pub async fn run(
     listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let faults = raft::links::LinkFaults::new(config.chaos.seed);
+    let faults = faults::LinkFaults::new(config.chaos.seed);
     let serving = serve(config, listeners, faults).await?;
     shutdown.await;
     serving.stop().await
@@ -129,7 +135,7 @@ impl std::fmt::Debug for Serving {
 pub async fn serve(
     config: ValidConfig,
     listeners: Listeners,
-    faults: raft::links::LinkFaults,
+    faults: faults::LinkFaults,
 ) -> std::io::Result<Serving> {
     let grace = config.shutdown_grace;
     let tasks = TaskTracker::new();
@@ -145,7 +151,7 @@ pub async fn serve(
                 "a node with peers needs its raft port bound",
             ))
         }
-        Some(raft) => raft::start_member(config, raft, faults, &tasks, cancel.clone()).await?,
+        Some(raft) => wiring::start_member(config, raft, faults, &tasks, cancel.clone()).await?,
     };
     let address = listeners.http.local_addr()?;
     let grpc_address = listeners.grpc.local_addr()?;

@@ -1,5 +1,5 @@
-//! The process-wide Prometheus recorder behind the `metrics` facade, and
-//! the scrape. The recorder holds what the code counts as it goes
+//! The process-wide Prometheus recorder behind the `metrics` facade (the
+//! scrape that renders it is `http/scrape.rs`). The recorder holds what the code counts as it goes
 //! (requests, pushes, watch events, removals, write and visibility
 //! latencies); it is installed once per process (tests run several nodes
 //! in one process and share it). What a node *is* at scrape time (registry
@@ -7,7 +7,6 @@
 //! lag) is read from that node and rendered beside it, so it is always
 //! the scraped node's own and a deleted namespace leaves no stale series.
 
-use std::fmt::Write as _;
 use std::sync::OnceLock;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -39,149 +38,4 @@ pub(crate) fn handle() -> PrometheusHandle {
             }
         })
         .clone()
-}
-
-/// The Prometheus text of one scrape of `node`.
-pub(crate) fn render(node: &crate::Node, handle: &PrometheusHandle) -> String {
-    handle.run_upkeep();
-    let mut out = handle.render();
-    let mut gauge = Gauges(&mut out);
-    let id = node.config().node_id.to_string();
-    gauge.family("understudy_node_info", "This node's id and datacenter.");
-    let labels = [("node", id.as_str()), ("dc", node.config().dc.as_str())];
-    gauge.sample("understudy_node_info", &labels, 1.0);
-    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        gauge.family(
-            "understudy_tasks_alive",
-            "Tasks alive in the node's runtime (a leak shows as growth).",
-        );
-        gauge.sample(
-            "understudy_tasks_alive",
-            &[],
-            runtime.metrics().num_alive_tasks() as f64,
-        );
-    }
-    gauge.family(
-        "understudy_requests_in_progress",
-        "Ordinary requests holding a slot (at most max_concurrent_requests).",
-    );
-    gauge.sample(
-        "understudy_requests_in_progress",
-        &[],
-        node.admission().in_use() as f64,
-    );
-    let registry = node.registry();
-    let namespaces = registry.namespaces();
-    gauge.family("understudy_namespaces", "Namespaces that exist.");
-    gauge.sample("understudy_namespaces", &[], namespaces.len() as f64);
-    gauge.family("understudy_services", "Services per namespace.");
-    for ns in &namespaces {
-        let labels = [("namespace", ns.id.as_str())];
-        gauge.sample("understudy_services", &labels, ns.services as f64);
-    }
-    gauge.family("understudy_instances", "Instances per namespace.");
-    for ns in &namespaces {
-        let labels = [("namespace", ns.id.as_str())];
-        gauge.sample("understudy_instances", &labels, ns.instances as f64);
-    }
-    let sizes = [
-        (
-            "understudy_revision",
-            "The registry revision applied here.",
-            registry.revision() as f64,
-        ),
-        (
-            "understudy_subscriptions",
-            "Nacos gRPC service subscriptions held here.",
-            node.state().hub().len() as f64,
-        ),
-        (
-            "understudy_config_listeners",
-            "Nacos gRPC config listeners held here.",
-            node.state().config_hub().len() as f64,
-        ),
-        (
-            "understudy_udp_subscribers",
-            "Nacos v1 UDP push subscribers held here.",
-            node.udp().map_or(0, |u| u.len()) as f64,
-        ),
-        (
-            "understudy_beat_tracked_instances",
-            "Instances whose beats this node times.",
-            node.state().liveness().len() as f64,
-        ),
-    ];
-    drop(registry);
-    for (name, help, value) in sizes {
-        gauge.family(name, help);
-        gauge.sample(name, &[], value);
-    }
-    let status = node.cluster_status();
-    let here = [("dc", node.config().dc.as_str()), ("node", id.as_str())];
-    let raft = [
-        ("understudy_raft_term", "The current raft term.", status.term),
-        ("understudy_raft_last_log_index", "The last raft log index held here.", status.last_log),
-        ("understudy_raft_commit_index", "The highest log index known committed here (on the leader: held by a majority of voters).", status.committed()),
-        ("understudy_raft_last_applied", "The last raft log index applied here.", status.last_applied),
-    ];
-    for (name, help, value) in raft {
-        gauge.family(name, help);
-        gauge.sample(name, &here, value as f64);
-    }
-    gauge.family(
-        "understudy_raft_role",
-        "1 for this node's raft role, 0 for the others.",
-    );
-    for role in ["leader", "follower", "candidate", "learner", "shutdown"] {
-        let value = if status.role == role { 1.0 } else { 0.0 };
-        let labels = [here[0], here[1], ("role", role)];
-        gauge.sample("understudy_raft_role", &labels, value);
-    }
-    gauge.family(
-        "understudy_raft_leader",
-        "The id of the leader this node knows of, -1 for none.",
-    );
-    let leader = status.leader.map_or(-1.0, |id| id as f64);
-    gauge.sample("understudy_raft_leader", &here, leader);
-    if let Some(lag) = node.view_lag() {
-        gauge.family(
-            "understudy_view_lag_seconds",
-            "Now minus the newest leader stamp applied to this node's view.",
-        );
-        gauge.sample("understudy_view_lag_seconds", &here, lag.as_secs_f64());
-    }
-    out
-}
-
-/// Gauges rendered in the Prometheus text format.
-struct Gauges<'a>(&'a mut String);
-
-impl Gauges<'_> {
-    fn family(&mut self, name: &str, help: &str) {
-        let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} gauge");
-    }
-
-    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
-        self.0.push_str(name);
-        if !labels.is_empty() {
-            self.0.push('{');
-            for (i, (key, value)) in labels.iter().enumerate() {
-                if i > 0 {
-                    self.0.push(',');
-                }
-                let _ = write!(self.0, "{key}=\"");
-                for c in value.chars() {
-                    match c {
-                        '\\' => self.0.push_str("\\\\"),
-                        '"' => self.0.push_str("\\\""),
-                        '\n' => self.0.push_str("\\n"),
-                        c => self.0.push(c),
-                    }
-                }
-                self.0.push('"');
-            }
-            self.0.push('}');
-        }
-        let _ = writeln!(self.0, " {value}");
-    }
 }

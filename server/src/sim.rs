@@ -14,7 +14,7 @@ use thiserror::Error;
 use tokio::net::TcpListener;
 
 use crate::config::Settings;
-use crate::raft::links::{LinkFaults, LinkSpec};
+use crate::faults::{LinkFaults, LinkSpec};
 use crate::raft::NodeId;
 use crate::{Listeners, Node, Serving, ValidConfig};
 
@@ -116,17 +116,17 @@ impl SimSpec {
         }
         let mut links = Vec::new();
         for text in &args.links {
-            links
-                .push(text.parse().map_err(|e: crate::raft::links::InvalidLink| {
-                    invalid("link", e.to_string())
-                })?);
+            links.push(
+                text.parse()
+                    .map_err(|e: crate::faults::InvalidLink| invalid("link", e.to_string()))?,
+            );
         }
         let mut apply_delays = BTreeMap::new();
         for text in &args.apply_delays {
             let (dc, delay) = text
                 .split_once('=')
                 .ok_or_else(|| invalid("apply-delay", format!("'{text}' is not DC=DELAY")))?;
-            let delay = crate::raft::links::parse_duration(delay)
+            let delay = crate::faults::parse_duration(delay)
                 .map_err(|why| invalid("apply-delay", format!("'{text}' {why}")))?;
             apply_delays.insert(dc.trim().to_owned(), delay);
         }
@@ -401,7 +401,7 @@ impl Sim {
 
 /// A raft heartbeat period that outlasts the round trip of the slowest of
 /// `links` (openraft gives up on an append after one heartbeat period).
-pub fn heartbeat_for(links: impl IntoIterator<Item = crate::raft::links::Link>) -> u64 {
+pub fn heartbeat_for(links: impl IntoIterator<Item = crate::faults::Link>) -> u64 {
     let slowest = links
         .into_iter()
         .map(|l| (l.delay + l.jitter).as_millis() as u64)

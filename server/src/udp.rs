@@ -21,7 +21,7 @@ use tokio_util::task::TaskTracker;
 use understudy_core::{Millis, ServiceKey};
 use understudy_proto::nacos::{NameStyle, ServiceInfo, View};
 
-use crate::node::Node;
+use crate::node::{Node, UdpListeners};
 use crate::push::Subscriber;
 
 /// A UDP subscription lapses this long after its client last listed.
@@ -87,12 +87,14 @@ impl UdpPush {
     fn clients(&self) -> std::sync::MutexGuard<'_, HashMap<SocketAddr, Arc<Client>>> {
         self.clients.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
 
+impl UdpListeners for UdpPush {
     /// A client listed `key` and wants pushes at `addr`. Installs (or
     /// refreshes) the subscription and renders the answer through it, so
     /// answer and pushes share one `lastRefTime` sequence.
-    pub(crate) fn listen(
-        self: &Arc<Self>,
+    fn listen(
+        self: Arc<Self>,
         node: &Node,
         addr: SocketAddr,
         key: &ServiceKey,
@@ -144,7 +146,7 @@ impl UdpPush {
     }
 
     /// How many UDP subscribers there are.
-    pub(crate) fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.clients().len()
     }
 }

@@ -392,6 +392,7 @@ async fn raft_seeds() -> Vec<(&'static str, Vec<u8>)> {
     use openraft::{
         CommittedLeaderId, Entry, EntryPayload, LogId, Membership, RaftSnapshotBuilder, Vote,
     };
+    use prost::Message as _;
     use understudy_core::{
         Command, ConfigKey, ConfigSpec, InstanceKey, InstanceSpec, LiveKey, NamespaceId, Op, Owner,
         ServiceKey,
@@ -532,15 +533,19 @@ async fn raft_seeds() -> Vec<(&'static str, Vec<u8>)> {
             "beat",
             typed(
                 6,
-                codec::encode(&LiveKey {
-                    service,
-                    instance: InstanceKey {
-                        ip: "10.0.0.1".to_owned(),
-                        port: 8080,
-                        cluster: understudy_core::ClusterName::parse("").unwrap(),
+                understudy_proto::peer::BeatRequest::of(
+                    2,
+                    1,
+                    &LiveKey {
+                        service,
+                        instance: InstanceKey {
+                            ip: "10.0.0.1".to_owned(),
+                            port: 8080,
+                            cluster: understudy_core::ClusterName::parse("").unwrap(),
+                        },
                     },
-                })
-                .unwrap(),
+                )
+                .encode_to_vec(),
             ),
         ),
         ("forward", typed(7, codec::encode(&batch).unwrap())),
@@ -562,8 +567,16 @@ async fn raft_seeds() -> Vec<(&'static str, Vec<u8>)> {
         (
             "admin",
             typed(
-                15,
-                br#"{"SetFaults":{"seed":1,"links":[],"paused":[2]}}"#.to_vec(),
+                16,
+                understudy_proto::peer::SetFaultsRequest {
+                    route: Some(understudy_proto::peer::Route { from: 2, to: 1 }),
+                    faults: Some(understudy_proto::peer::FaultState {
+                        seed: 1,
+                        paused: vec![2],
+                        ..Default::default()
+                    }),
+                }
+                .encode_to_vec(),
             ),
         ),
     ]

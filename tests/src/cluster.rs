@@ -13,9 +13,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use understudy_core::{InstanceSpec, Op, Owner, ServiceKey};
 use understudy_server::config::Settings;
-use understudy_server::raft::network::{
-    service as raft_service, LinkFaults, Network, NetworkOptions,
-};
+use understudy_server::faults::LinkFaults;
+use understudy_server::raft::network::{service as raft_service, Network, NetworkOptions};
 use understudy_server::raft::{Member, NodeId};
 use understudy_server::{Clock, Node, ValidConfig};
 
@@ -190,7 +189,7 @@ impl TestCluster {
         let stop = cancel.clone();
         let serving = tokio::spawn(async move {
             let _ = tonic::transport::Server::builder()
-                .add_service(svc)
+                .add_routes(svc)
                 .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
                 .await;
         });

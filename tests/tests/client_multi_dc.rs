@@ -24,7 +24,7 @@ use understudy_client::cluster::{CallFailure, Cluster, Invocation};
 use understudy_client::{Client, Directory, Instance, InstanceSpec};
 use understudy_core::ServiceKey;
 use understudy_server::config::Settings;
-use understudy_server::raft::links::LinkSpec;
+use understudy_server::faults::LinkSpec;
 use understudy_server::raft::NodeId;
 use understudy_server::sim::{heartbeat_for, raft_timings, Sim, SimSpec};
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use tokio::time::Instant;
 use understudy_server::config::Settings;
-use understudy_server::raft::links::{LinkSpec, PushFault};
+use understudy_server::faults::{LinkSpec, PushFault};
 use understudy_server::sim::{heartbeat_for, raft_timings, Sim, SimSpec};
 use understudy_tests::nacos_grpc::RawClient;
 

@@ -40,7 +40,7 @@ use std::fmt;
 use std::time::Duration;
 
 use thiserror::Error;
-use understudy_server::raft::links::{parse_duration, parse_faults, LinkSpec, PushFault};
+use understudy_server::faults::{parse_duration, parse_faults, LinkSpec, PushFault};
 use understudy_server::raft::NodeId;
 
 pub mod serving;
@@ -440,7 +440,7 @@ impl Scenario {
 
     /// Every link setting the scenario ever makes, for sizing raft's
     /// timers.
-    pub fn all_links(&self) -> Vec<understudy_server::raft::links::Link> {
+    pub fn all_links(&self) -> Vec<understudy_server::faults::Link> {
         self.links
             .iter()
             .map(|l| l.link)
@@ -476,7 +476,7 @@ fn duration(words: &[&str]) -> Result<(Duration, usize), String> {
 fn link(rest: &[&str]) -> Result<LinkSpec, String> {
     rest.join("")
         .parse()
-        .map_err(|e: understudy_server::raft::links::InvalidLink| format!("link {e}"))
+        .map_err(|e: understudy_server::faults::InvalidLink| format!("link {e}"))
 }
 
 fn apply_delay(rest: &[&str]) -> Result<(String, Duration), String> {

@@ -9,7 +9,7 @@ use std::fmt;
 use std::time::Duration;
 
 use understudy_client::cluster::Strategy;
-use understudy_server::raft::links::parse_duration;
+use understudy_server::faults::parse_duration;
 
 /// A log-normal service time: `median × e^(σ·N(0,1))`.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -250,11 +250,14 @@ pub fn main(args: CtlArgs) -> ExitCode {
 /// Parses a ctl command line (the words after `understudy ctl`).
 pub fn parse<'a>(words: impl IntoIterator<Item = &'a str>) -> Result<CtlCommand, clap::Error> {
     use clap::Parser;
-    let line = ["understudy", "ctl"].into_iter().chain(words);
-    match crate::config::Cli::try_parse_from(line)?.command {
-        Some(crate::config::Command::Ctl(CtlArgs { command })) => Ok(command),
-        _ => unreachable!("the line starts with ctl"),
+    /// `understudy ctl` alone, as the binary parses it.
+    #[derive(Parser)]
+    #[command(name = "understudy ctl")]
+    struct Line {
+        #[command(flatten)]
+        args: CtlArgs,
     }
+    Line::try_parse_from(std::iter::once("understudy ctl").chain(words)).map(|l| l.args.command)
 }
 
 /// Runs one command, writing what it prints to `out` (`export` writes
@@ -627,7 +630,7 @@ mod tests {
     use clap::Parser;
 
     use super::*;
-    use crate::config::{Cli, Command};
+    use crate::cli::{Cli, Command};
 
     fn ctl(args: &[&str]) -> CtlCommand {
         let cli = Cli::try_parse_from(std::iter::once("understudy").chain(args.iter().copied()))

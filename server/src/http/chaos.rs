@@ -27,7 +27,7 @@ use serde_json::json;
 
 use super::error::ApiError;
 use super::params::Params;
-use crate::raft::links::{parse_duration, parse_faults, DcLink, FaultState, LinkSpec, PushFault};
+use crate::faults::{parse_duration, parse_faults, DcLink, FaultState, LinkSpec, PushFault};
 use crate::Node;
 
 type Input = Result<Params, ApiError>;
@@ -86,9 +86,9 @@ pub(crate) async fn act(
 fn links(p: &Params, state: &mut FaultState) -> Result<(), ApiError> {
     let text = p.required("link")?;
     for spec in text.split(';').filter(|s| !s.trim().is_empty()) {
-        let spec: LinkSpec = spec.parse().map_err(|e: crate::raft::links::InvalidLink| {
-            ApiError::invalid("link", e.to_string())
-        })?;
+        let spec: LinkSpec = spec
+            .parse()
+            .map_err(|e: crate::faults::InvalidLink| ApiError::invalid("link", e.to_string()))?;
         set_link(state, &spec.from, &spec.to, spec.link);
         if spec.both {
             set_link(state, &spec.to, &spec.from, spec.link);
@@ -171,7 +171,7 @@ pub(crate) async fn nodes(State(node): State<Node>) -> Response {
     Json(json!({"nodeId": node.config().node_id, "nodes": report})).into_response()
 }
 
-fn current(state: &FaultState, from: &str, to: &str) -> crate::raft::links::Link {
+fn current(state: &FaultState, from: &str, to: &str) -> crate::faults::Link {
     state
         .links
         .iter()
@@ -190,7 +190,7 @@ fn set_cut(state: &mut FaultState, a: &str, b: &str, cut: bool) {
     }
 }
 
-fn set_link(state: &mut FaultState, from: &str, to: &str, link: crate::raft::links::Link) {
+fn set_link(state: &mut FaultState, from: &str, to: &str, link: crate::faults::Link) {
     state.links.retain(|l| !(l.from == from && l.to == to));
     state.links.push(DcLink {
         from: from.to_owned(),

@@ -13,6 +13,7 @@ mod guard;
 pub(crate) mod naming;
 pub(crate) mod ops;
 pub(crate) mod params;
+mod scrape;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -322,7 +322,7 @@ fn list(
     if let (Some(udp), Some(peer)) = (node.udp(), peer) {
         if udp_port > 0 && !healthy_only {
             let addr = std::net::SocketAddr::new(peer.ip(), udp_port);
-            return Ok(udp.listen(node, addr, &key, view));
+            return Ok(udp.clone().listen(node, addr, &key, view));
         }
     }
     let service = node.registry().service(&key);

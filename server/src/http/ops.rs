@@ -467,7 +467,7 @@ pub(crate) async fn ready(State(node): State<Node>) -> Response {
 pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     (
         [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-        crate::metrics::render(&state.node, &state.metrics),
+        super::scrape::render(&state.node, &state.metrics),
     )
         .into_response()
 }

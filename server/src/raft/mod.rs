@@ -1,6 +1,6 @@
 //! Replication: the write seam as raft entries (openraft 0.9). A batch of
 //! commands is one log entry; the state machine applies committed entries
-//! to the node's [`State`](crate::node::State) through the core, so every
+//! to the node's [`State`](crate::state::State) through the core, so every
 //! node computes the same results from the same log. Results never travel
 //! over the wire: a proposer (the leader's own writer, or a follower that
 //! forwarded the batch) waits until its own state machine applies the
@@ -16,10 +16,10 @@
 pub mod codec;
 pub mod disk;
 pub mod gate;
-pub mod links;
 pub mod network;
 pub mod relay;
 pub mod store;
+pub mod ticks;
 pub mod writer;
 
 use std::collections::BTreeMap;
@@ -28,24 +28,7 @@ use std::io::Cursor;
 use serde::{Deserialize, Serialize};
 use understudy_core::Command;
 
-/// A node's id within the cluster.
-pub type NodeId = u64;
-
-/// What the cluster knows of a member: where its raft service listens and
-/// which datacenter it is in.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Member {
-    /// `host:port` of its raft service.
-    pub raft_addr: String,
-    /// Its datacenter label.
-    pub dc: String,
-}
-
-impl std::fmt::Display for Member {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} ({})", self.raft_addr, self.dc)
-    }
-}
+pub use crate::member::{Member, NodeId};
 
 /// One log entry's payload: commands proposed together, with who proposed
 /// them so that node (and only it) hands the results back to its callers.
@@ -342,87 +325,4 @@ impl ClusterStatus {
             .copied()
             .unwrap_or(self.last_applied)
     }
-}
-
-/// Starts this node as a member of the configured cluster: its raft
-/// service on `listener`, the other members from the config; the member
-/// with the lowest id forms the cluster (doing so again after a restart is
-/// refused by raft and harmless).
-pub async fn start_member(
-    config: crate::ValidConfig,
-    listener: tokio::net::TcpListener,
-    faults: network::LinkFaults,
-    tasks: &tokio_util::task::TaskTracker,
-    cancel: tokio_util::sync::CancellationToken,
-) -> std::io::Result<crate::Node> {
-    use network::{ClusterSecret, Network, NetworkOptions};
-
-    let id = config.node_id;
-    let cluster = config.cluster.clone();
-    let secret = match &cluster.secret {
-        Some(s) => Some(ClusterSecret::new(s).map_err(|e| std::io::Error::other(e.to_string()))?),
-        None => None,
-    };
-    for (peer, member) in &cluster.peers {
-        if !member.dc.is_empty() {
-            faults.set_dc(*peer, &member.dc);
-        }
-    }
-    let network = Network::new(
-        id,
-        faults.clone(),
-        NetworkOptions {
-            secret: secret.clone(),
-            tls: config.tls.clone(),
-            ..NetworkOptions::default()
-        },
-    );
-    let raft_config = raft_config(&cluster);
-    let mut members: Members = cluster.peers.clone();
-    members.insert(
-        id,
-        Member {
-            raft_addr: cluster.advertise.clone(),
-            dc: config.dc.clone(),
-        },
-    );
-    let node = crate::Node::start_replicated(
-        config,
-        crate::Clock::system(),
-        tasks,
-        cancel.clone(),
-        raft_config,
-        network.clone(),
-    )
-    .await
-    .map_err(std::io::Error::other)?;
-    let raft = node.raft().clone();
-    let address = listener.local_addr()?;
-    let service = network::service(raft.clone(), &network);
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-    let stop = cancel.clone();
-    let mut server = tonic::transport::Server::builder();
-    if let Some(tls) = &node.config().tls {
-        server = server
-            .tls_config(crate::tls::raft_server_config(tls))
-            .map_err(std::io::Error::other)?;
-    }
-    tasks.spawn(async move {
-        if let Err(e) = server
-            .add_service(service)
-            .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
-            .await
-        {
-            tracing::error!(error = %e, "raft service failed");
-        }
-    });
-    tracing::info!(raft = %address, node = id, peers = ?cluster.peers.keys().collect::<Vec<_>>(), "serving raft");
-    if members.keys().next() == Some(&id) {
-        match raft.initialize(members).await {
-            Ok(()) => tracing::info!("formed the cluster"),
-            // Already formed (a restart, or another member did).
-            Err(e) => tracing::debug!(error = %e, "cluster not initialised by this node"),
-        }
-    }
-    Ok(node)
 }

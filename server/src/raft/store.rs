@@ -26,7 +26,7 @@ use super::codec;
 use super::disk::{Disk, Loaded, PersistedSnapshot, StoreError};
 use super::{BatchApplied, Member, NodeId, TypeConfig};
 use crate::clock::Clock;
-use crate::node::State;
+use crate::state::State;
 
 /// The results of a batch's commands, in order.
 pub type Results = Vec<Result<Vec<Change>, understudy_core::Error>>;

@@ -17,7 +17,7 @@ use understudy_core::{Change, Command};
 
 use super::store::{Results, Waiters};
 use super::{Batch, Member, NodeId, Raft};
-use crate::node::{Applied, BoxFuture, Propose, ProposeError};
+use crate::write::{Applied, BoxFuture, Propose, ProposeError};
 
 /// Most commands in one entry.
 const BATCH: usize = 256;

@@ -1,0 +1,412 @@
+//! The settings' tests: layering, validation, the example file.
+
+use std::time::Duration;
+
+use super::*;
+
+#[test]
+fn flags_win_over_the_file_and_the_file_over_defaults() {
+    let file = Settings::from_toml("http_port = 9000\nnode_id = 7\n").unwrap();
+    let flags = Settings {
+        http_port: Some(9100),
+        ..Settings::default()
+    };
+    let config = ValidConfig::from_settings(flags.over(file)).unwrap();
+    assert_eq!((config.http_port, config.node_id), (9100, 7));
+    assert_eq!(config.bind.to_string(), "127.0.0.1");
+}
+
+#[test]
+fn the_link_model_comes_from_flags_or_the_file() {
+    let file = Settings::from_toml(
+        "link = [\"hz-sh=40ms~10ms,loss=1%\", \"sh->hz=cut\"]\napply_delay = [\"sh=500ms\"]\nchaos_seed = 9\n",
+    )
+    .unwrap();
+    let config = ValidConfig::from_settings(file).unwrap();
+    let links: Vec<String> = config.chaos.links.iter().map(|l| l.to_string()).collect();
+    assert_eq!(links, ["hz-sh=40ms~10ms,loss=1%", "sh->hz=cut"]);
+    assert_eq!(config.chaos.seed, 9);
+    assert_eq!(config.chaos.apply_delays["sh"], Duration::from_millis(500));
+    assert_eq!(config.chaos.tick, Duration::from_millis(100));
+}
+
+#[test]
+fn unknown_keys_in_the_file_are_errors() {
+    let err = Settings::from_toml("http_prot = 1\n").unwrap_err();
+    assert!(err.contains("http_prot"), "{err}");
+}
+
+#[test]
+fn invalid_values_name_their_key() {
+    let cases = [
+        (
+            Settings {
+                health_check: Some("udp".into()),
+                ..Settings::default()
+            },
+            "health_check",
+        ),
+        (
+            Settings {
+                health_check_timeout_ms: Some(5_000),
+                ..Settings::default()
+            },
+            "health_check_timeout_ms",
+        ),
+        (
+            Settings {
+                unhealthy_timeout_ms: Some(1),
+                ..Settings::default()
+            },
+            "unhealthy_timeout_ms",
+        ),
+        (
+            Settings {
+                delete_timeout_ms: Some(10_000),
+                ..Settings::default()
+            },
+            "delete_timeout_ms",
+        ),
+        (
+            Settings {
+                max_body_bytes: Some(10),
+                ..Settings::default()
+            },
+            "max_body_bytes",
+        ),
+        (
+            Settings {
+                dc: Some("a b".into()),
+                ..Settings::default()
+            },
+            "dc",
+        ),
+        (
+            Settings {
+                write_queue: Some(0),
+                ..Settings::default()
+            },
+            "write_queue",
+        ),
+        (
+            Settings {
+                log: Some("[[[".into()),
+                ..Settings::default()
+            },
+            "log",
+        ),
+        (
+            Settings {
+                data_dir: Some(PathBuf::new()),
+                ..Settings::default()
+            },
+            "data_dir",
+        ),
+        (
+            Settings {
+                link: Some(vec!["hz-sh=40".into()]),
+                ..Settings::default()
+            },
+            "link",
+        ),
+        (
+            Settings {
+                apply_delay: Some(vec!["sh".into()]),
+                ..Settings::default()
+            },
+            "apply_delay",
+        ),
+        (
+            Settings {
+                tick_ms: Some(1),
+                ..Settings::default()
+            },
+            "tick_ms",
+        ),
+    ];
+    for (settings, key) in cases {
+        match ValidConfig::from_settings(settings) {
+            Err(ConfigError::Invalid { key: k, .. }) => assert_eq!(k, key),
+            other => panic!("{key}: expected an error, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn peers_parse_with_an_optional_dc_and_bad_ones_are_refused_by_name() {
+    let with = |peers: &[&str]| {
+        ValidConfig::from_settings(Settings {
+            node_id: Some(1),
+            peers: Some(peers.iter().map(|p| (*p).to_owned()).collect()),
+            ..Settings::default()
+        })
+    };
+    let config = with(&["2=10.0.0.2:7848@hz", "3=node-3:7849"]).unwrap();
+    let peers: Vec<_> = config
+        .cluster
+        .peers
+        .iter()
+        .map(|(id, m)| (*id, m.raft_addr.as_str(), m.dc.as_str()))
+        .collect();
+    assert_eq!(peers, [(2, "10.0.0.2:7848", "hz"), (3, "node-3:7849", "")]);
+    for bad in [
+        "2",
+        "x=10.0.0.2:7848",
+        "0=10.0.0.2:7848",
+        "1=10.0.0.1:7848",
+        "2=10.0.0.2",
+        "2=:7848",
+        "2=10.0.0.2:0",
+    ] {
+        let err = with(&[bad]).unwrap_err().to_string();
+        assert!(err.contains("peer"), "{bad}: {err}");
+    }
+    let err = with(&["2=a:1", "2=b:1"]).unwrap_err().to_string();
+    assert!(err.contains("given twice"), "{err}");
+    assert!(ValidConfig::default().cluster.peers.is_empty());
+    assert_eq!(ValidConfig::default().cluster.raft_port, 7848);
+}
+
+#[test]
+fn clients_are_sent_away_before_their_owner_is_lost() {
+    let with = |grace: u64, reset: u64| {
+        ValidConfig::from_settings(Settings {
+            owner_grace_ms: Some(grace),
+            quorum_loss_reset_ms: Some(reset),
+            ..Settings::default()
+        })
+    };
+    let config = with(8_000, 3_000).unwrap();
+    assert_eq!(config.cluster.owner_grace, Duration::from_secs(8));
+    assert_eq!(config.cluster.quorum_loss_reset, Duration::from_secs(3));
+    let err = with(8_000, 8_000).unwrap_err().to_string();
+    assert!(err.contains("quorum_loss_reset_ms"), "{err}");
+    let err = with(900, 500).unwrap_err().to_string();
+    assert!(err.contains("owner_grace_ms"), "{err}");
+}
+
+#[test]
+fn auth_needs_a_long_secret_and_users_with_bcrypt_hashes() {
+    let users = "[[users]]\nname = \"ops\"\npassword_hash = \"$2b$04$ZyKyjHE75QJ0aJEkUuInLeXiTJpnrTP5g/Wr0kVlSiKKpMakGPZTa\"\nadmin = true\n";
+    let with = |extra: &str| {
+        let settings = Settings::from_toml(&format!("{extra}\n{users}")).unwrap();
+        ValidConfig::from_settings(settings)
+    };
+    let err = with("auth_enabled = true").unwrap_err().to_string();
+    assert!(err.contains("auth_token_secret"), "{err}");
+    let err = with("auth_enabled = true\nauth_token_secret = \"short\"")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("at least 32 bytes"), "{err}");
+    let long = "auth_token_secret = \"0123456789abcdef0123456789abcdef\"";
+    let config = with(&format!("auth_enabled = true\n{long}")).unwrap();
+    assert!(config.auth.enabled);
+    assert_eq!(config.auth.users[0].name, "ops");
+    assert!(config.auth.users[0].admin);
+    assert!(
+        !format!("{:?}", config.auth).contains("$2b$"),
+        "hashes stay out of logs"
+    );
+    let settings = Settings::from_toml(&format!(
+        "auth_enabled = true\n{long}\n[[users]]\nname = \"x\"\npassword_hash = \"plain\""
+    ))
+    .unwrap();
+    let err = ValidConfig::from_settings(settings)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("users") && err.contains("bcrypt"), "{err}");
+    let settings = Settings::from_toml(&format!("auth_enabled = true\n{long}")).unwrap();
+    let err = ValidConfig::from_settings(settings)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("at least one [[users]]"), "{err}");
+}
+
+#[test]
+fn tls_needs_a_certificate_and_key_and_with_peers_a_ca() {
+    let dir = std::env::temp_dir().join(format!("understudy-tls-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cert = dir.join("cert.pem");
+    let key = dir.join("key.pem");
+    std::fs::write(
+        &cert,
+        "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    std::fs::write(
+        &key,
+        "-----BEGIN PRIVATE KEY-----\n-----END PRIVATE KEY-----\n",
+    )
+    .unwrap();
+    let with = |cert: Option<&Path>, key: Option<&Path>, peers: bool| {
+        ValidConfig::from_settings(Settings {
+            tls_cert: cert.map(Path::to_owned),
+            tls_key: key.map(Path::to_owned),
+            peers: peers.then(|| vec!["2=127.0.0.1:7849".to_owned()]),
+            ..Settings::default()
+        })
+    };
+    let err = with(Some(&cert), None, false).unwrap_err().to_string();
+    assert!(err.contains("tls_key"), "{err}");
+    let err = with(Some(&dir.join("missing.pem")), Some(&key), false)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("tls_cert") && err.contains("cannot read"),
+        "{err}"
+    );
+    let err = with(Some(&key), Some(&key), false).unwrap_err().to_string();
+    assert!(
+        err.contains("tls_cert") && err.contains("CERTIFICATE"),
+        "{err}"
+    );
+    let err = with(Some(&cert), Some(&key), true).unwrap_err().to_string();
+    assert!(err.contains("tls_ca"), "{err}");
+    assert!(with(Some(&cert), Some(&key), false).unwrap().tls.is_some());
+    assert!(with(None, None, true).unwrap().tls.is_none());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_shipped_example_config_parses_and_validates() {
+    let text = include_str!("../../../understudy.example.toml");
+    let settings = Settings::from_toml(text).unwrap();
+    ValidConfig::from_settings(settings).unwrap();
+}
+
+/// Every setting as the command line declares it: its file key (the
+/// field), flag, environment variable and the default its help states.
+struct Declared {
+    key: String,
+    flag: String,
+    env: String,
+    default: Option<String>,
+}
+
+fn declared() -> Vec<Declared> {
+    use clap::Args as _;
+    let command = Settings::augment_args(clap::Command::new("serve"));
+    command
+        .get_arguments()
+        .map(|arg| {
+            let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+            let default = help.split_once("[default: ").map(|(_, rest)| {
+                rest.split_once(']')
+                    .map_or(rest, |(value, _)| value)
+                    .to_owned()
+            });
+            Declared {
+                key: arg.get_id().to_string(),
+                flag: format!("--{}", arg.get_long().expect("every setting has a flag")),
+                env: arg
+                    .get_env()
+                    .expect("every setting has a variable")
+                    .to_string_lossy()
+                    .into_owned(),
+                default,
+            }
+        })
+        .collect()
+}
+
+/// The defaults stated in prose rather than as a value.
+const DERIVED_DEFAULTS: &[&str] = &["grpc_port", "raft_advertise"];
+
+/// The stated default of every setting is the one the code applies:
+/// giving it explicitly changes nothing in the validated configuration.
+#[test]
+fn every_stated_default_is_the_default_the_code_applies() {
+    let defaults = format!(
+        "{:?}",
+        ValidConfig::from_settings(Settings::default()).unwrap()
+    );
+    let mut checked = 0;
+    for setting in declared() {
+        let Some(value) = setting.default else {
+            continue;
+        };
+        if value == "none" || DERIVED_DEFAULTS.contains(&setting.key.as_str()) {
+            continue;
+        }
+        let literal = if value.parse::<f64>().is_ok() || value == "true" || value == "false" {
+            value.clone()
+        } else {
+            format!("{value:?}")
+        };
+        let text = format!("{} = {literal}\n", setting.key);
+        let settings = Settings::from_toml(&text).unwrap_or_else(|e| {
+            panic!(
+                "{}: the stated default {value} does not parse: {e}",
+                setting.key
+            )
+        });
+        let config = ValidConfig::from_settings(settings).unwrap_or_else(|e| {
+            panic!(
+                "{}: the stated default {value} is refused: {e}",
+                setting.key
+            )
+        });
+        assert_eq!(
+            format!("{config:?}"),
+            defaults,
+            "{}: the stated default {value} is not the code's default",
+            setting.key
+        );
+        checked += 1;
+    }
+    assert!(checked > 40, "only {checked} defaults checked");
+}
+
+/// docs/configuration.md lists every setting with its flag, variable and
+/// the default its help states, and nothing else.
+#[test]
+fn the_configuration_reference_lists_every_setting_as_declared() {
+    let doc = include_str!("../../../docs/configuration.md");
+    let rows: Vec<Vec<&str>> = doc
+        .lines()
+        .filter(|l| l.starts_with("| `") || l.starts_with("| `[["))
+        .map(|l| l.trim_matches('|').split(" | ").map(str::trim).collect())
+        .filter(|cells: &Vec<&str>| cells.len() == 5)
+        .collect();
+    let declared = declared();
+    for setting in &declared {
+        let quoted = |text: &str| format!("`{text}`");
+        let row = rows
+            .iter()
+            .find(|cells| cells[0].split(", ").any(|key| key == quoted(&setting.key)))
+            .unwrap_or_else(|| panic!("docs/configuration.md has no row for `{}`", setting.key));
+        assert!(
+            row[1].contains(&quoted(&setting.flag))
+                || row[1].contains(&format!("`{} ", setting.flag)),
+            "{}: the row names {} for the flag, not {}",
+            setting.key,
+            row[1],
+            setting.flag
+        );
+        assert!(
+            row[2].contains(&quoted(&setting.env)),
+            "{}: the row names {} for the variable, not {}",
+            setting.key,
+            row[2],
+            setting.env
+        );
+        let documented = row[3].replace('`', "");
+        match &setting.default {
+            None => assert_eq!(documented, "none", "{}: no default is stated", setting.key),
+            Some(stated) => assert!(
+                stated.starts_with(&documented) || stated.replace('`', "").starts_with(&documented),
+                "{}: the row says the default is {documented}, the help says {stated}",
+                setting.key
+            ),
+        }
+    }
+    for row in &rows {
+        for key in row[0].split(", ") {
+            let key = key.trim_matches('`');
+            assert!(
+                key == "[[users]]" || declared.iter().any(|s| s.key == key),
+                "docs/configuration.md documents `{key}`, which is no setting"
+            );
+        }
+    }
+}

@@ -1,0 +1,350 @@
+//! One registry node, as adapters see it: its configuration, clock,
+//! applied state, the write seam, the read view, auth and admission, and
+//! the raft handle behind them. Cheap to clone. Built and started in
+//! `wiring.rs`; its cluster operations (membership, status, faults,
+//! hand-over) are in `cluster.rs`.
+
+use std::sync::{Arc, Mutex, MutexGuard, RwLockReadGuard};
+
+use tokio::sync::Notify;
+use tokio_util::task::TaskTracker;
+use understudy_core::{BeatOutcome, Command, LiveKey, Millis, Op, Owner, Registry};
+
+use crate::clock::Clock;
+use crate::config::ValidConfig;
+pub use crate::state::State;
+pub use crate::write::{Applied, BoxFuture, Propose, ProposeError};
+
+mod cluster;
+
+/// A running node: cheap to clone, shared by every adapter.
+#[derive(Clone)]
+pub struct Node {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: ValidConfig,
+    clock: Clock,
+    state: Arc<State>,
+    writer: Arc<dyn Propose>,
+    udp: Option<Arc<dyn UdpListeners>>,
+    /// The raft handle of a replicated node.
+    raft: crate::raft::Raft,
+    /// Its transport.
+    network: crate::raft::network::Network,
+    /// The connection ids (Nacos gRPC connections, native sessions) this
+    /// process holds open: owners on this node that are not here are left
+    /// over from a failed removal or an earlier run.
+    held: Mutex<std::collections::HashSet<String>>,
+    /// The last moment this node was part of a working majority.
+    quorum_seen: Mutex<tokio::time::Instant>,
+    /// How fresh the read view is.
+    view: crate::view::View,
+    /// Who may call.
+    auth: crate::auth::Auth,
+    /// The slots for ordinary requests.
+    admission: crate::admission::Admission,
+    /// The node's tasks, for work started by a request (a take-over).
+    tasks: TaskTracker,
+}
+
+/// A connection id held open by this process; released on drop.
+#[derive(Debug)]
+pub(crate) struct Held {
+    node: Node,
+    id: String,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.node.held().remove(&self.id);
+    }
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("node_id", &self.inner.config.node_id)
+            .field("dc", &self.inner.config.dc)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a node is made of; `wiring.rs` builds the parts and starts the
+/// tasks around them.
+pub(crate) struct Parts {
+    pub(crate) config: ValidConfig,
+    pub(crate) clock: Clock,
+    pub(crate) state: Arc<State>,
+    pub(crate) writer: Arc<dyn Propose>,
+    pub(crate) udp: Option<Arc<dyn UdpListeners>>,
+    pub(crate) raft: crate::raft::Raft,
+    pub(crate) network: crate::raft::network::Network,
+    pub(crate) view: crate::view::View,
+    pub(crate) auth: crate::auth::Auth,
+    pub(crate) admission: crate::admission::Admission,
+    pub(crate) tasks: TaskTracker,
+}
+
+/// The UDP pushes to v1 listeners (`udp.rs`), as the HTTP list query and
+/// the scrape use them.
+pub(crate) trait UdpListeners: Send + Sync {
+    /// A client listed `key` and wants pushes at `addr`: subscribes it and
+    /// renders the answer.
+    fn listen(
+        self: Arc<Self>,
+        node: &Node,
+        addr: std::net::SocketAddr,
+        key: &understudy_core::ServiceKey,
+        view: understudy_proto::nacos::View<'_>,
+    ) -> understudy_proto::nacos::ServiceInfo;
+    /// How many UDP subscribers there are.
+    fn len(&self) -> usize;
+}
+
+/// A [`Node`] that does not keep it alive (for callbacks it installs).
+pub(crate) struct WeakNode(std::sync::Weak<Inner>);
+
+impl WeakNode {
+    /// The node, unless it is gone.
+    pub(crate) fn upgrade(&self) -> Option<Node> {
+        self.0.upgrade().map(|inner| Node { inner })
+    }
+}
+
+impl Node {
+    /// The node made of `parts`.
+    pub(crate) fn assemble(parts: Parts) -> Node {
+        let Parts {
+            config,
+            clock,
+            state,
+            writer,
+            udp,
+            raft,
+            network,
+            view,
+            auth,
+            admission,
+            tasks,
+        } = parts;
+        Node {
+            inner: Arc::new(Inner {
+                config,
+                clock,
+                state,
+                writer,
+                udp,
+                raft,
+                network,
+                held: Mutex::default(),
+                quorum_seen: Mutex::new(tokio::time::Instant::now()),
+                view,
+                auth,
+                admission,
+                tasks,
+            }),
+        }
+    }
+
+    /// A handle that does not keep the node alive.
+    pub(crate) fn downgrade(&self) -> WeakNode {
+        WeakNode(Arc::downgrade(&self.inner))
+    }
+
+    /// How fresh this node's read view is.
+    pub fn view(&self) -> &crate::view::View {
+        &self.inner.view
+    }
+
+    /// How far this node's read view is behind the leader: zero for a node
+    /// alone in its cluster (it is the leader; it appends no ticks), else
+    /// now minus the newest stamp applied here.
+    pub fn view_lag(&self) -> Option<std::time::Duration> {
+        let alone = self
+            .raft()
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .nodes()
+            .count()
+            <= 1;
+        if alone {
+            Some(std::time::Duration::ZERO)
+        } else {
+            self.inner.view.lag()
+        }
+    }
+
+    /// Applies this node's DC push faults to one push: waits its delay,
+    /// and answers whether to send it. A dropped push goes unanswered and
+    /// is retried after the push timeout, as any unanswered push.
+    pub(crate) async fn push_passes_faults(&self) -> bool {
+        match self.faults().push_fate(&self.inner.config.dc) {
+            crate::faults::PushFate::Drop => {
+                metrics::counter!("understudy_pushes_dropped_by_fault_total").increment(1);
+                false
+            }
+            crate::faults::PushFate::Send(delay) => {
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+                true
+            }
+        }
+    }
+
+    /// The fault model this node's transport obeys.
+    pub fn faults(&self) -> &crate::faults::LinkFaults {
+        self.inner.network.faults()
+    }
+
+    fn held(&self) -> MutexGuard<'_, std::collections::HashSet<String>> {
+        self.inner.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Marks connection `id` as held open by this process until the
+    /// returned guard is dropped.
+    pub(crate) fn hold(&self, id: &str) -> Held {
+        self.held().insert(id.to_owned());
+        Held {
+            node: self.clone(),
+            id: id.to_owned(),
+        }
+    }
+
+    /// Whether connection `id` is held open by this process.
+    pub(crate) fn holds(&self, id: &str) -> bool {
+        self.held().contains(id)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ValidConfig {
+        &self.inner.config
+    }
+
+    /// Who may call this node.
+    pub fn auth(&self) -> &crate::auth::Auth {
+        &self.inner.auth
+    }
+
+    /// The slots for ordinary requests (see [`crate::admission`]).
+    pub(crate) fn admission(&self) -> &crate::admission::Admission {
+        &self.inner.admission
+    }
+
+    /// Now, in epoch ms.
+    pub fn now(&self) -> Millis {
+        self.inner.clock.now()
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &Clock {
+        &self.inner.clock
+    }
+
+    /// Reads the registry. Hold the guard briefly, never across `.await`.
+    pub fn registry(&self) -> RwLockReadGuard<'_, Registry> {
+        self.inner.state.registry()
+    }
+
+    pub(crate) fn state(&self) -> &State {
+        &self.inner.state
+    }
+
+    /// Proposes an operation stamped with the current time.
+    pub async fn propose(&self, op: Op) -> Result<Applied, ProposeError> {
+        let command = Command::new(self.now(), op);
+        let started = std::time::Instant::now();
+        let result = self.inner.writer.propose(command).await;
+        metrics::histogram!("understudy_write_seconds").record(started.elapsed().as_secs_f64());
+        result
+    }
+
+    /// Takes a beat for a beat-driven instance. The node responsible for
+    /// the instance (see [`Node::beat_ring`]) times it; a beat that arrives
+    /// elsewhere is handed to that node, and kept here as well, so that a
+    /// node taking over has it. When the responsible node cannot be
+    /// reached the local answer stands. A beat never becomes a command
+    /// unless it revives an unhealthy instance.
+    pub async fn beat(&self, key: &LiveKey) -> BeatOutcome {
+        let local = self.inner.state.liveness().beat(key, self.now());
+        if self.is_sole_voter() {
+            return local;
+        }
+        let owner = Owner::Beat {
+            ip: key.instance.ip.clone(),
+            port: key.instance.port,
+        };
+        let me = self.inner.config.node_id;
+        let target = understudy_core::responsible(&self.beat_ring(), &owner).unwrap_or(me);
+        if target == me {
+            return local;
+        }
+        let member = self
+            .inner
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .get_node(&target)
+            .cloned();
+        let Some(member) = member else {
+            return local;
+        };
+        let timeout = std::time::Duration::from_secs(1);
+        match self.inner.network.beat(target, &member, key, timeout).await {
+            // The responsible node may not have applied the registration
+            // yet; this node's answer is as good.
+            Ok(BeatOutcome::Unknown) => local,
+            Ok(remote) => remote,
+            Err(e) => {
+                tracing::debug!(target, error = %e, "beat not handed to its responsible node");
+                local
+            }
+        }
+    }
+
+    /// Whether this node is the cluster's only voter (the default single
+    /// node), which times every beat itself.
+    fn is_sole_voter(&self) -> bool {
+        let me = self.inner.config.node_id;
+        let metrics = self.inner.raft.metrics();
+        let metrics = metrics.borrow();
+        let mut voters = metrics.membership_config.membership().voter_ids();
+        voters.next() == Some(me) && voters.next().is_none()
+    }
+
+    /// The nodes that time v1 beat-driven instances: the voters, less
+    /// those the leader declared lost (all voters if that leaves none).
+    /// Every node computes the same ring from its replicated state.
+    pub fn beat_ring(&self) -> Vec<crate::raft::NodeId> {
+        let voters: Vec<u64> = self
+            .inner
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .collect();
+        understudy_core::beat_ring(&voters, self.registry().lost_nodes())
+    }
+
+    /// The beat period of a tracked instance.
+    pub fn beat_interval(&self, key: &LiveKey) -> Option<Millis> {
+        self.inner.state.liveness().beat_interval(key)
+    }
+
+    /// UDP push for v1 clients, if its socket could be bound.
+    pub(crate) fn udp(&self) -> Option<&Arc<dyn UdpListeners>> {
+        self.inner.udp.as_ref()
+    }
+
+    pub(crate) fn deadlines_moved(&self) -> &Notify {
+        &self.inner.state.deadlines_moved
+    }
+}
