@@ -48,7 +48,7 @@ impl Node {
 
     /// The raft handle (a single node is a one-member cluster).
     pub fn raft(&self) -> &crate::raft::Raft {
-        &self.inner.raft
+        &self.inner.parts.raft
     }
 
     /// Adds a member: as a learner first (it catches up, by snapshot if the
@@ -61,7 +61,7 @@ impl Node {
         voter: crate::raft::Role,
     ) -> Result<(), crate::raft::MembershipError> {
         use crate::raft::MembershipError;
-        let raft = &self.inner.raft;
+        let raft = &self.inner.parts.raft;
         MembershipError::unless_leading(raft)?;
         raft.add_learner(id, member, true)
             .await
@@ -83,7 +83,7 @@ impl Node {
         id: crate::raft::NodeId,
     ) -> Result<(), crate::raft::MembershipError> {
         use crate::raft::MembershipError;
-        let raft = &self.inner.raft;
+        let raft = &self.inner.parts.raft;
         MembershipError::unless_leading(raft)?;
         let ids = std::collections::BTreeSet::from([id]);
         let is_voter = raft
@@ -107,7 +107,11 @@ impl Node {
     /// This node's view of the cluster.
     pub fn cluster_status(&self) -> crate::raft::ClusterStatus {
         let revision = self.registry().revision();
-        crate::raft::ClusterStatus::of(&self.inner.raft, &self.inner.config.dc, revision)
+        crate::raft::ClusterStatus::of(
+            &self.inner.parts.raft,
+            &self.inner.parts.config.dc,
+            revision,
+        )
     }
 
     /// This node's own state.
@@ -115,7 +119,7 @@ impl Node {
         crate::raft::NodeStatus {
             cluster: self.cluster_status(),
             view_lag_ms: self.view_lag().map(|l| l.as_millis() as u64),
-            register_to_visible: self.inner.view.register_to_visible(),
+            register_to_visible: self.inner.parts.view.register_to_visible(),
         }
     }
 
@@ -141,11 +145,12 @@ impl Node {
         use crate::raft::network::{AdminReply, AdminRequest};
         let members = self.members();
         let asks = members.into_iter().map(|(id, member)| async move {
-            let (status, error) = if id == self.inner.config.node_id {
+            let (status, error) = if id == self.inner.parts.config.node_id {
                 (Some(self.node_status()), None)
             } else {
                 match self
                     .inner
+                    .parts
                     .network
                     .admin(id, &member, &AdminRequest::Status, timeout)
                     .await
@@ -173,7 +178,7 @@ impl Node {
     ) -> Result<Vec<(crate::raft::NodeId, String)>, crate::faults::InvalidLink> {
         use crate::raft::network::{AdminReply, AdminRequest};
         self.faults().set_state(state)?;
-        let me = self.inner.config.node_id;
+        let me = self.inner.parts.config.node_id;
         let mut members = self.members();
         members.retain(|(id, _)| *id != me);
         let request = AdminRequest::SetFaults(state.clone());
@@ -182,6 +187,7 @@ impl Node {
             async move {
                 let answer = self
                     .inner
+                    .parts
                     .network
                     .admin(id, &member, request, std::time::Duration::from_secs(2))
                     .await;
@@ -214,10 +220,10 @@ impl Node {
                 Err(e) => AdminReply::Refused(e.to_string()),
             },
             AdminRequest::TakeOver => {
-                self.inner.tasks.spawn(take_over(
-                    self.inner.raft.clone(),
-                    self.inner.config.node_id,
-                    self.inner.config.cluster.election_timeout_ms,
+                self.inner.parts.tasks.spawn(take_over(
+                    self.inner.parts.raft.clone(),
+                    self.inner.parts.config.node_id,
+                    self.inner.parts.config.cluster.election_timeout_ms,
                 ));
                 AdminReply::TakingOver
             }
@@ -235,12 +241,12 @@ impl Node {
     pub async fn hand_over(&self, within: std::time::Duration) -> Option<crate::raft::NodeId> {
         use crate::raft::network::{AdminReply, AdminRequest};
         use std::time::Duration;
-        let me = self.inner.config.node_id;
+        let me = self.inner.parts.config.node_id;
         if !self.leads() {
             return None;
         }
         let started = tokio::time::Instant::now();
-        let cluster = &self.inner.config.cluster;
+        let cluster = &self.inner.parts.config.cluster;
         let heartbeat = Duration::from_millis(cluster.heartbeat_ms);
         let catch_up = started + Duration::from_millis(cluster.election_timeout_ms);
         let target = loop {
@@ -259,10 +265,11 @@ impl Node {
         let member = self.members().into_iter().find(|(id, _)| *id == target)?.1;
         let asked = self
             .inner
+            .parts
             .network
             .admin(target, &member, &AdminRequest::TakeOver, heartbeat * 10)
             .await;
-        if let Err(e) = self.inner.raft.shutdown().await {
+        if let Err(e) = self.inner.parts.raft.shutdown().await {
             tracing::warn!(error = %e, "raft did not stop cleanly");
         }
         match asked {
@@ -278,6 +285,7 @@ impl Node {
         while tokio::time::Instant::now() < deadline {
             let asked = self
                 .inner
+                .parts
                 .network
                 .admin(target, &member, &AdminRequest::Status, heartbeat * 5)
                 .await;
@@ -303,7 +311,8 @@ impl Node {
 
     /// Whether this node leads its cluster (a single node, once formed).
     pub fn leads(&self) -> bool {
-        self.inner.raft.metrics().borrow().current_leader == Some(self.inner.config.node_id)
+        self.inner.parts.raft.metrics().borrow().current_leader
+            == Some(self.inner.parts.config.node_id)
     }
 
     /// How long this node has been cut off from a working majority: a
@@ -311,10 +320,10 @@ impl Node {
     /// follower or learner that heard nothing from a leader for as long.
     /// `None` while it is part of one (always, for a single member).
     pub fn quorum_lost_for(&self) -> Option<std::time::Duration> {
-        let (raft, network) = (&self.inner.raft, &self.inner.network);
-        let me = self.inner.config.node_id;
+        let (raft, network) = (&self.inner.parts.raft, &self.inner.parts.network);
+        let me = self.inner.parts.config.node_id;
         let timeout =
-            std::time::Duration::from_millis(self.inner.config.cluster.election_timeout_ms);
+            std::time::Duration::from_millis(self.inner.parts.config.cluster.election_timeout_ms);
         let now = tokio::time::Instant::now();
         let healthy = {
             let metrics = raft.metrics();
@@ -348,7 +357,7 @@ impl Node {
 
     /// When each raft peer was last heard from.
     pub(crate) fn contacts(&self) -> &crate::raft::network::Contacts {
-        self.inner.network.contacts()
+        self.inner.parts.network.contacts()
     }
 }
 

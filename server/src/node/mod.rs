@@ -24,29 +24,14 @@ pub struct Node {
 }
 
 struct Inner {
-    config: ValidConfig,
-    clock: Clock,
-    state: Arc<State>,
-    writer: Arc<dyn Propose>,
-    udp: Option<Arc<dyn UdpListeners>>,
-    /// The raft handle of a replicated node.
-    raft: crate::raft::Raft,
-    /// Its transport.
-    network: crate::raft::network::Network,
+    /// What the node was assembled from (see [`Parts`]).
+    parts: Parts,
     /// The connection ids (Nacos gRPC connections, native sessions) this
     /// process holds open: owners on this node that are not here are left
     /// over from a failed removal or an earlier run.
     held: Mutex<std::collections::HashSet<String>>,
     /// The last moment this node was part of a working majority.
     quorum_seen: Mutex<tokio::time::Instant>,
-    /// How fresh the read view is.
-    view: crate::view::View,
-    /// Who may call.
-    auth: crate::auth::Auth,
-    /// The slots for ordinary requests.
-    admission: crate::admission::Admission,
-    /// The node's tasks, for work started by a request (a take-over).
-    tasks: TaskTracker,
 }
 
 /// A connection id held open by this process; released on drop.
@@ -65,8 +50,8 @@ impl Drop for Held {
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Node")
-            .field("node_id", &self.inner.config.node_id)
-            .field("dc", &self.inner.config.dc)
+            .field("node_id", &self.inner.parts.config.node_id)
+            .field("dc", &self.inner.parts.config.dc)
             .finish_non_exhaustive()
     }
 }
@@ -116,34 +101,11 @@ impl WeakNode {
 impl Node {
     /// The node made of `parts`.
     pub(crate) fn assemble(parts: Parts) -> Node {
-        let Parts {
-            config,
-            clock,
-            state,
-            writer,
-            udp,
-            raft,
-            network,
-            view,
-            auth,
-            admission,
-            tasks,
-        } = parts;
         Node {
             inner: Arc::new(Inner {
-                config,
-                clock,
-                state,
-                writer,
-                udp,
-                raft,
-                network,
+                parts,
                 held: Mutex::default(),
                 quorum_seen: Mutex::new(tokio::time::Instant::now()),
-                view,
-                auth,
-                admission,
-                tasks,
             }),
         }
     }
@@ -155,7 +117,7 @@ impl Node {
 
     /// How fresh this node's read view is.
     pub fn view(&self) -> &crate::view::View {
-        &self.inner.view
+        &self.inner.parts.view
     }
 
     /// How far this node's read view is behind the leader: zero for a node
@@ -174,7 +136,7 @@ impl Node {
         if alone {
             Some(std::time::Duration::ZERO)
         } else {
-            self.inner.view.lag()
+            self.inner.parts.view.lag()
         }
     }
 
@@ -182,7 +144,7 @@ impl Node {
     /// and answers whether to send it. A dropped push goes unanswered and
     /// is retried after the push timeout, as any unanswered push.
     pub(crate) async fn push_passes_faults(&self) -> bool {
-        match self.faults().push_fate(&self.inner.config.dc) {
+        match self.faults().push_fate(&self.inner.parts.config.dc) {
             crate::faults::PushFate::Drop => {
                 metrics::counter!("understudy_pushes_dropped_by_fault_total").increment(1);
                 false
@@ -198,7 +160,7 @@ impl Node {
 
     /// The fault model this node's transport obeys.
     pub fn faults(&self) -> &crate::faults::LinkFaults {
-        self.inner.network.faults()
+        self.inner.parts.network.faults()
     }
 
     fn held(&self) -> MutexGuard<'_, std::collections::HashSet<String>> {
@@ -222,43 +184,43 @@ impl Node {
 
     /// The configuration.
     pub fn config(&self) -> &ValidConfig {
-        &self.inner.config
+        &self.inner.parts.config
     }
 
     /// Who may call this node.
     pub fn auth(&self) -> &crate::auth::Auth {
-        &self.inner.auth
+        &self.inner.parts.auth
     }
 
     /// The slots for ordinary requests (see [`crate::admission`]).
     pub(crate) fn admission(&self) -> &crate::admission::Admission {
-        &self.inner.admission
+        &self.inner.parts.admission
     }
 
     /// Now, in epoch ms.
     pub fn now(&self) -> Millis {
-        self.inner.clock.now()
+        self.inner.parts.clock.now()
     }
 
     /// The clock.
     pub fn clock(&self) -> &Clock {
-        &self.inner.clock
+        &self.inner.parts.clock
     }
 
     /// Reads the registry. Hold the guard briefly, never across `.await`.
     pub fn registry(&self) -> RwLockReadGuard<'_, Registry> {
-        self.inner.state.registry()
+        self.inner.parts.state.registry()
     }
 
     pub(crate) fn state(&self) -> &State {
-        &self.inner.state
+        &self.inner.parts.state
     }
 
     /// Proposes an operation stamped with the current time.
     pub async fn propose(&self, op: Op) -> Result<Applied, ProposeError> {
         let command = Command::new(self.now(), op);
         let started = std::time::Instant::now();
-        let result = self.inner.writer.propose(command).await;
+        let result = self.inner.parts.writer.propose(command).await;
         metrics::histogram!("understudy_write_seconds").record(started.elapsed().as_secs_f64());
         result
     }
@@ -270,7 +232,7 @@ impl Node {
     /// reached the local answer stands. A beat never becomes a command
     /// unless it revives an unhealthy instance.
     pub async fn beat(&self, key: &LiveKey) -> BeatOutcome {
-        let local = self.inner.state.liveness().beat(key, self.now());
+        let local = self.inner.parts.state.liveness().beat(key, self.now());
         if self.is_sole_voter() {
             return local;
         }
@@ -278,13 +240,14 @@ impl Node {
             ip: key.instance.ip.clone(),
             port: key.instance.port,
         };
-        let me = self.inner.config.node_id;
+        let me = self.inner.parts.config.node_id;
         let target = understudy_core::responsible(&self.beat_ring(), &owner).unwrap_or(me);
         if target == me {
             return local;
         }
         let member = self
             .inner
+            .parts
             .raft
             .metrics()
             .borrow()
@@ -296,7 +259,13 @@ impl Node {
             return local;
         };
         let timeout = std::time::Duration::from_secs(1);
-        match self.inner.network.beat(target, &member, key, timeout).await {
+        match self
+            .inner
+            .parts
+            .network
+            .beat(target, &member, key, timeout)
+            .await
+        {
             // The responsible node may not have applied the registration
             // yet; this node's answer is as good.
             Ok(BeatOutcome::Unknown) => local,
@@ -311,8 +280,8 @@ impl Node {
     /// Whether this node is the cluster's only voter (the default single
     /// node), which times every beat itself.
     fn is_sole_voter(&self) -> bool {
-        let me = self.inner.config.node_id;
-        let metrics = self.inner.raft.metrics();
+        let me = self.inner.parts.config.node_id;
+        let metrics = self.inner.parts.raft.metrics();
         let metrics = metrics.borrow();
         let mut voters = metrics.membership_config.membership().voter_ids();
         voters.next() == Some(me) && voters.next().is_none()
@@ -324,6 +293,7 @@ impl Node {
     pub fn beat_ring(&self) -> Vec<crate::raft::NodeId> {
         let voters: Vec<u64> = self
             .inner
+            .parts
             .raft
             .metrics()
             .borrow()
@@ -336,15 +306,15 @@ impl Node {
 
     /// The beat period of a tracked instance.
     pub fn beat_interval(&self, key: &LiveKey) -> Option<Millis> {
-        self.inner.state.liveness().beat_interval(key)
+        self.inner.parts.state.liveness().beat_interval(key)
     }
 
     /// UDP push for v1 clients, if its socket could be bound.
     pub(crate) fn udp(&self) -> Option<&Arc<dyn UdpListeners>> {
-        self.inner.udp.as_ref()
+        self.inner.parts.udp.as_ref()
     }
 
     pub(crate) fn deadlines_moved(&self) -> &Notify {
-        &self.inner.state.deadlines_moved
+        &self.inner.parts.state.deadlines_moved
     }
 }
