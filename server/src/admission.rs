@@ -100,7 +100,11 @@ pub(crate) struct Ticket {
 impl Connections {
     /// The budget of the client port named `port`, from the config.
     pub(crate) fn of(port: &'static str, config: &crate::ValidConfig) -> Arc<Self> {
-        Self::new(port, config.max_connections, config.max_connections_per_ip)
+        Self::new(
+            port,
+            config.admission.max_connections,
+            config.admission.max_connections_per_ip,
+        )
     }
 
     fn new(port: &'static str, max: usize, max_per_ip: usize) -> Arc<Self> {

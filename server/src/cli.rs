@@ -1,11 +1,12 @@
 //! The server's command line: `serve` (the default), `ctl` and `sim`, and
 //! `serve`'s arguments (a config file and the settings). The settings
-//! themselves, and their validation, are in `config.rs`; the `understudy`
-//! binary adds `chaos` on top.
+//! themselves, and their validation, are in `config/`; the `understudy`
+//! binary adds `chaos` on top. [`with_stated_defaults`] writes each
+//! setting's default into its help.
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::config::{ConfigError, Settings, ValidConfig};
 
@@ -44,6 +45,17 @@ pub enum Command {
 }
 
 impl Cli {
+    /// Parses `args` (the program name first), with the settings' defaults
+    /// in the help.
+    pub fn try_parse_args<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let matches = with_stated_defaults(Self::command()).try_get_matches_from(args)?;
+        Self::from_arg_matches(&matches)
+    }
+
     /// The serve arguments, whichever way they were given. (`ctl` serves
     /// nothing; `main` runs it before it asks for these.)
     pub fn into_serve_args(self) -> ServeArgs {
@@ -74,4 +86,28 @@ impl ServeArgs {
         };
         ValidConfig::from_settings(self.settings.over(file))
     }
+}
+
+/// `command` with each setting's default at the end of its help, as
+/// `[default: VALUE]`: in its own arguments and in its `serve`
+/// subcommand's. The values are the settings tree's defaults
+/// ([`crate::config::stated_defaults`]), so they are written nowhere else.
+pub fn with_stated_defaults(command: clap::Command) -> clap::Command {
+    let stated = crate::config::stated_defaults();
+    let state = |command: clap::Command| {
+        command.mut_args(|arg| match stated.get(arg.get_id().as_str()) {
+            Some(value) => {
+                let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+                arg.help(format!("{help} [default: {value}]"))
+            }
+            None => arg,
+        })
+    };
+    state(command).mut_subcommands(|sub| {
+        if sub.get_name() == "serve" {
+            state(sub)
+        } else {
+            sub
+        }
+    })
 }

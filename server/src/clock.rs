@@ -44,3 +44,8 @@ impl Clock {
         self.start + std::time::Duration::from_millis(at.saturating_sub(self.epoch_at_start))
     }
 }
+
+/// A span of time in the clock's unit, whole milliseconds (saturating).
+pub fn millis(span: std::time::Duration) -> Millis {
+    u64::try_from(span.as_millis()).unwrap_or(u64::MAX)
+}

@@ -106,7 +106,7 @@ async fn watch_members(node: &Node, leading_since: Instant, grace: Duration) {
         (registry.owner_nodes(), registry.lost_nodes().clone())
     };
     // Answering again within a heartbeat or two is "back".
-    let recent = Duration::from_millis(node.config().cluster.election_timeout_ms);
+    let recent = node.config().cluster.election_timeout;
     let now = Instant::now();
     let candidates: BTreeSet<u64> = members
         .iter()

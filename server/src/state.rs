@@ -47,7 +47,7 @@ impl State {
             config_hub: crate::push::Hub::default(),
             hosts: crate::hosts::HostsCache::default(),
             config_changes: tokio::sync::broadcast::channel(4096).0,
-            changes: tokio::sync::broadcast::channel(config.watch_buffer).0,
+            changes: tokio::sync::broadcast::channel(config.grpc.watch_buffer).0,
             cluster_id: RwLock::new(Arc::from(format!(
                 "{PROVISIONAL}{:x}-{:x}",
                 std::time::SystemTime::now()

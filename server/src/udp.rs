@@ -208,7 +208,11 @@ async fn push(node: Node, service: Arc<UdpPush>, client: Arc<Client>) {
         if now.saturating_sub(client.last_listed.load(Ordering::Relaxed)) >= LAPSE_MS {
             break;
         }
-        subscriber.expire(now, grpc.push_timeout, grpc.push_retry);
+        subscriber.expire(
+            now,
+            crate::clock::millis(grpc.push_timeout),
+            crate::clock::millis(grpc.push_retry),
+        );
         let datagrams = subscriber.due_pushes(now, |request_id, target| {
             let id: u64 = request_id.parse().unwrap_or_default();
             let view = View {
@@ -232,7 +236,7 @@ async fn push(node: Node, service: Arc<UdpPush>, client: Arc<Client>) {
             .load(Ordering::Relaxed)
             .saturating_add(LAPSE_MS);
         let wake_at = subscriber
-            .next_timer(grpc.push_timeout)
+            .next_timer(crate::clock::millis(grpc.push_timeout))
             .map_or(lapse_at, |t| t.min(lapse_at));
         tokio::select! {
             () = client.gone.cancelled() => break,

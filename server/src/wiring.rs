@@ -140,8 +140,8 @@ impl Node {
         };
         let auth = crate::auth::Auth::new(config.auth.clone());
         let admission = crate::admission::Admission::new(
-            config.max_concurrent_requests,
-            config.request_queue_timeout,
+            config.admission.max_concurrent_requests,
+            config.admission.request_queue_timeout,
         );
         let node = Node::assemble(Parts {
             config,
@@ -163,8 +163,7 @@ impl Node {
         }));
         let config = node.config();
         let tick = config.chaos.tick;
-        let quorum_window =
-            std::time::Duration::from_millis(config.cluster.election_timeout_ms * 2);
+        let quorum_window = config.cluster.election_timeout * 2;
         tasks.spawn(crate::raft::ticks::run_ticks(
             raft.clone(),
             config.node_id,
@@ -176,8 +175,8 @@ impl Node {
         tasks.spawn(crate::raft::gate::run(
             raft.clone(),
             network.clone(),
-            std::time::Duration::from_millis(config.cluster.heartbeat_ms),
-            std::time::Duration::from_millis(config.cluster.election_timeout_ms),
+            config.cluster.heartbeat,
+            config.cluster.election_timeout,
             tasks.clone(),
             cancel.clone(),
         ));

@@ -472,14 +472,13 @@ async fn a_minority_dc_cut_off_past_its_election_timeout_rejoins_without_deposin
         register_ok(&http, node1, "multi-dc", "10.0.1.2").await?;
 
         // Hold the partition past sh's longest election timeout.
-        let election_max = Duration::from_millis(
-            sim.node(3)
-                .context("node 3 runs")?
-                .config()
-                .cluster
-                .election_timeout_ms
-                * 2,
-        );
+        let election_max = sim
+            .node(3)
+            .context("node 3 runs")?
+            .config()
+            .cluster
+            .election_timeout
+            * 2;
         let held = wait_for(
             "sh's view lag passes its longest election timeout",
             Duration::from_secs(20),
@@ -840,14 +839,13 @@ async fn a_paused_node_falls_behind_and_catches_up_on_resume() -> anyhow::Result
 
         // Hold the pause past node 3's longest election timeout, so that a
         // campaign, had it been allowed, would have happened.
-        let election_max = Duration::from_millis(
-            sim.node(3)
-                .context("node 3 runs")?
-                .config()
-                .cluster
-                .election_timeout_ms
-                * 2,
-        );
+        let election_max = sim
+            .node(3)
+            .context("node 3 runs")?
+            .config()
+            .cluster
+            .election_timeout
+            * 2;
         let held = wait_for(
             "node 3's lag passes its longest election timeout",
             Duration::from_secs(20),

@@ -271,7 +271,12 @@ fn tls_needs_a_certificate_and_key_and_with_peers_a_ca() {
 fn the_shipped_example_config_parses_and_validates() {
     let text = include_str!("../../../understudy.example.toml");
     let settings = Settings::from_toml(text).unwrap();
-    ValidConfig::from_settings(settings).unwrap();
+    let mut config = ValidConfig::from_settings(settings).unwrap();
+    // It says it shows the defaults (and an example user, as there are
+    // none by default): it is checked to.
+    assert_eq!(config.auth.users.len(), 1);
+    config.auth.users.clear();
+    assert_eq!(config, ValidConfig::default());
 }
 
 /// Every setting as the command line declares it: its file key (the
@@ -285,7 +290,8 @@ struct Declared {
 
 fn declared() -> Vec<Declared> {
     use clap::Args as _;
-    let command = Settings::augment_args(clap::Command::new("serve"));
+    let command =
+        crate::cli::with_stated_defaults(Settings::augment_args(clap::Command::new("serve")));
     command
         .get_arguments()
         .map(|arg| {
@@ -309,20 +315,20 @@ fn declared() -> Vec<Declared> {
         .collect()
 }
 
-/// The defaults stated in prose rather than as a value.
-const DERIVED_DEFAULTS: &[&str] = &["grpc_port", "raft_advertise"];
-
 /// The stated default of every setting is the one the code applies:
 /// giving it explicitly changes nothing in the validated configuration.
 #[test]
 fn every_stated_default_is_the_default_the_code_applies() {
-    let defaults = format!(
-        "{:?}",
-        ValidConfig::from_settings(Settings::default()).unwrap()
-    );
+    let defaults = ValidConfig::from_settings(Settings::default()).unwrap();
+    assert_eq!(defaults, ValidConfig::default());
     let mut checked = 0;
     for setting in declared() {
         let Some(value) = setting.default else {
+            assert!(
+                DERIVED_DEFAULTS.contains(&setting.key.as_str()),
+                "{}: its help states no default",
+                setting.key
+            );
             continue;
         };
         if value == "none" || DERIVED_DEFAULTS.contains(&setting.key.as_str()) {
@@ -347,14 +353,122 @@ fn every_stated_default_is_the_default_the_code_applies() {
             )
         });
         assert_eq!(
-            format!("{config:?}"),
-            defaults,
+            config, defaults,
             "{}: the stated default {value} is not the code's default",
             setting.key
         );
         checked += 1;
     }
     assert!(checked > 40, "only {checked} defaults checked");
+}
+
+/// Reading settings into the tree and writing the tree back as settings
+/// are inverse: a configuration with every setting away from its default
+/// reads back the same, and every key is written back.
+#[test]
+fn a_configuration_written_back_as_settings_reads_back_the_same() {
+    let dir = std::env::temp_dir().join(format!("understudy-roundtrip-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (file, marker) in [
+        ("cert.pem", "CERTIFICATE"),
+        ("key.pem", "PRIVATE KEY"),
+        ("ca.pem", "CERTIFICATE"),
+    ] {
+        let pem = format!("-----BEGIN {marker}-----\n-----END {marker}-----\n");
+        std::fs::write(dir.join(file), pem).unwrap();
+    }
+    let hash = bcrypt::hash("pw", 4).unwrap();
+    let text = format!(
+        r#"
+bind = "127.0.0.2"
+http_port = 9000
+grpc_port = 9500
+node_id = 3
+dc = "hz"
+log = "debug"
+beat_interval_ms = 1000
+unhealthy_timeout_ms = 3000
+delete_timeout_ms = 6000
+empty_service_ttl_ms = 7000
+zone_key = "az"
+change_log_capacity = 77
+max_body_bytes = 2048
+max_metadata_entries = 5
+max_metadata_key_bytes = 6
+max_metadata_value_bytes = 7
+max_instances_per_registration = 8
+max_instances_per_service = 9
+max_services_per_namespace = 10
+max_connections = 11
+max_connections_per_ip = 12
+max_subscriptions_per_connection = 13
+max_watches_per_connection = 14
+max_concurrent_requests = 15
+request_queue_timeout_ms = 16
+write_queue = 17
+write_timeout_ms = 18
+push_timeout_ms = 19
+push_retry_ms = 20
+push_merge_delay_ms = 21
+push_queue = 22
+connection_idle_ms = 23
+detection_timeout_ms = 24
+max_grpc_message_bytes = 25
+watch_buffer = 26
+max_config_bytes = 27
+long_poll_floor_ms = 28
+shutdown_grace_ms = 29
+raft_port = 7001
+raft_advertise = "node3.example:7001"
+peers = ["1=10.0.0.1:7848@hz", "2=10.0.0.2:7848"]
+cluster_secret = "s3cret"
+raft_heartbeat_ms = 50
+raft_election_timeout_ms = 500
+owner_grace_ms = 9000
+quorum_loss_reset_ms = 4000
+data_dir = "{dir}"
+link = ["hz-sh=40ms~10ms,loss=1%", "sh->hz=cut"]
+chaos_seed = 42
+tick_ms = 250
+apply_delay = ["sh=500ms", "bj=250us"]
+auth_enabled = true
+auth_token_secret = "0123456789abcdef0123456789abcdef"
+auth_token_ttl_s = 60
+tls_cert = "{dir}/cert.pem"
+tls_key = "{dir}/key.pem"
+tls_ca = "{dir}/ca.pem"
+health_check = "http:/ready"
+health_check_interval_ms = 3000
+health_check_timeout_ms = 300
+health_check_unhealthy_threshold = 4
+health_check_healthy_threshold = 3
+
+[[users]]
+name = "root"
+password_hash = "{hash}"
+admin = true
+"#,
+        dir = dir.display()
+    );
+    let settings = Settings::from_toml(&text).unwrap();
+    let config = ValidConfig::from_settings(settings.clone()).unwrap();
+    let defaults = ValidConfig::default().to_settings();
+    let lowered = config.to_settings();
+    let table = |s: &Settings| toml::Table::try_from(s).unwrap();
+    for (key, value) in table(&settings) {
+        assert_ne!(
+            table(&defaults).get(&key),
+            Some(&value),
+            "{key}: the fixture gives it its default, which proves nothing"
+        );
+    }
+    assert_eq!(
+        table(&lowered).keys().collect::<Vec<_>>(),
+        table(&settings).keys().collect::<Vec<_>>(),
+        "every key is written back"
+    );
+    assert_eq!(ValidConfig::from_settings(lowered).unwrap(), config);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// docs/configuration.md lists every setting with its flag, variable and

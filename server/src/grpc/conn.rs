@@ -359,11 +359,16 @@ impl Conns {
             let probe = {
                 let mut pending = conn.detection.lock().unwrap_or_else(|p| p.into_inner());
                 match pending.as_ref() {
-                    Some((_, sent)) if now.saturating_sub(*sent) >= grpc.detection_timeout => {
+                    Some((_, sent))
+                        if now.saturating_sub(*sent)
+                            >= crate::clock::millis(grpc.detection_timeout) =>
+                    {
                         Probe::GiveUp
                     }
                     Some(_) => Probe::Wait,
-                    None if idle >= grpc.connection_idle && conn.is_registered() => {
+                    None if idle >= crate::clock::millis(grpc.connection_idle)
+                        && conn.is_registered() =>
+                    {
                         let id = conn.next_request_id();
                         *pending = Some((id.clone(), now));
                         Probe::Send(id)

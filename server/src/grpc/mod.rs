@@ -91,8 +91,8 @@ pub(crate) async fn serve(
     let cleanup_conns = conns.clone();
     let cleanup_conns_node = node.clone();
     let stop_cleanup = shutdown.clone();
-    let detection_every =
-        Duration::from_millis((node.config().grpc.connection_idle / 4).clamp(100, 3_000));
+    let detection_every = (node.config().grpc.connection_idle / 4)
+        .clamp(Duration::from_millis(100), Duration::from_secs(3));
     tasks.spawn(async move {
         let mut tick = tokio::time::interval(detection_every);
         let mut quorum_tick = tokio::time::interval(Duration::from_millis(200));
@@ -276,10 +276,12 @@ fn answered(node: &Node, conn: &Conn, ack: &ClientAck) {
         return;
     }
     let grpc = node.config().grpc;
-    let Some(in_flight) =
-        conn.subscriber
-            .ack(request_id, ack.succeeded(), node.now(), grpc.push_retry)
-    else {
+    let Some(in_flight) = conn.subscriber.ack(
+        request_id,
+        ack.succeeded(),
+        node.now(),
+        crate::clock::millis(grpc.push_retry),
+    ) else {
         return;
     };
     let success = if ack.succeeded() { "true" } else { "false" };
@@ -291,12 +293,16 @@ fn answered(node: &Node, conn: &Conn, ack: &ClientAck) {
 /// connection until it closes.
 async fn push(node: Node, conn: Arc<Conn>) {
     let grpc = node.config().grpc;
+    let (push_timeout, push_retry) = (
+        crate::clock::millis(grpc.push_timeout),
+        crate::clock::millis(grpc.push_retry),
+    );
     let subscriber = conn.subscriber.clone();
     let listener = conn.listener.clone();
     loop {
         let now = node.now();
-        let expired = subscriber.expire(now, grpc.push_timeout, grpc.push_retry)
-            + listener.expire(now, grpc.push_timeout, grpc.push_retry);
+        let expired = subscriber.expire(now, push_timeout, push_retry)
+            + listener.expire(now, push_timeout, push_retry);
         if expired > 0 {
             metrics::counter!("understudy_pushes_timed_out_total").increment(expired as u64);
         }
@@ -341,17 +347,14 @@ async fn push(node: Node, conn: Arc<Conn>) {
             if !node.push_passes_faults().await {
                 continue;
             }
-            if !conn
-                .send_push(payload, Duration::from_millis(grpc.push_timeout))
-                .await
-            {
+            if !conn.send_push(payload, grpc.push_timeout).await {
                 return;
             }
             metrics::counter!("understudy_pushes_sent_total").increment(1);
         }
         let timer = [
-            subscriber.next_timer(grpc.push_timeout),
-            listener.next_timer(grpc.push_timeout),
+            subscriber.next_timer(push_timeout),
+            listener.next_timer(push_timeout),
         ]
         .into_iter()
         .flatten()
@@ -371,8 +374,8 @@ async fn push(node: Node, conn: Arc<Conn>) {
     }
 }
 
-async fn merge_delay(ms: u64) {
-    if ms > 0 {
-        tokio::time::sleep(Duration::from_millis(ms)).await;
+async fn merge_delay(delay: Duration) {
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
     }
 }

@@ -214,7 +214,7 @@ async fn apply(node: &Node, state: FaultState) -> Response {
 
 fn answer(node: &Node, unreached: Vec<serde_json::Value>) -> serde_json::Value {
     let state = node.faults().state();
-    let heartbeat = node.config().cluster.heartbeat_ms;
+    let heartbeat = crate::clock::millis(node.config().cluster.heartbeat);
     let warnings: Vec<String> = state
         .links
         .iter()

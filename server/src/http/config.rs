@@ -269,7 +269,7 @@ pub(crate) async fn listen(
     let Some(hold) = hold.filter(|_| now_changed.is_empty() && !no_hangup) else {
         return answer(&now_changed);
     };
-    let floor = node.config().long_poll_floor;
+    let floor = node.config().http.long_poll_floor;
     let hold = Duration::from_millis(hold.saturating_sub(500)).max(floor);
     let watched: BTreeMap<&ConfigKey, ()> = records.iter().map(|r| (&r.key, ())).collect();
     let deadline = tokio::time::Instant::now() + hold;

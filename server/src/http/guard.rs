@@ -106,7 +106,7 @@ pub(crate) async fn guard(State(node): State<Node>, request: Request, next: Next
         },
         _ if !auth.enabled() => return next.run(request).await,
         needed => {
-            let limit = node.config().max_body_bytes;
+            let limit = node.config().http.max_body_bytes;
             let (request, token) = match token(request, limit).await {
                 Ok(found) => found,
                 Err(refused) => return refused,

@@ -47,7 +47,7 @@ impl FromRef<AppState> for Node {
 
 /// Builds the HTTP router for a node.
 pub fn router(node: Node) -> Router {
-    let max_body = node.config().max_body_bytes;
+    let max_body = node.config().http.max_body_bytes;
     let node_for_guard = node.clone();
     let node_for_shed = node.clone();
     let state = AppState {

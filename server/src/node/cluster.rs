@@ -223,7 +223,7 @@ impl Node {
                 self.inner.parts.tasks.spawn(take_over(
                     self.inner.parts.raft.clone(),
                     self.inner.parts.config.node_id,
-                    self.inner.parts.config.cluster.election_timeout_ms,
+                    self.inner.parts.config.cluster.election_timeout,
                 ));
                 AdminReply::TakingOver
             }
@@ -240,15 +240,14 @@ impl Node {
     /// the new leader, if it was seen leading.
     pub async fn hand_over(&self, within: std::time::Duration) -> Option<crate::raft::NodeId> {
         use crate::raft::network::{AdminReply, AdminRequest};
-        use std::time::Duration;
         let me = self.inner.parts.config.node_id;
         if !self.leads() {
             return None;
         }
         let started = tokio::time::Instant::now();
         let cluster = &self.inner.parts.config.cluster;
-        let heartbeat = Duration::from_millis(cluster.heartbeat_ms);
-        let catch_up = started + Duration::from_millis(cluster.election_timeout_ms);
+        let heartbeat = cluster.heartbeat;
+        let catch_up = started + cluster.election_timeout;
         let target = loop {
             let status = self.cluster_status();
             let best = status
@@ -322,8 +321,7 @@ impl Node {
     pub fn quorum_lost_for(&self) -> Option<std::time::Duration> {
         let (raft, network) = (&self.inner.parts.raft, &self.inner.parts.network);
         let me = self.inner.parts.config.node_id;
-        let timeout =
-            std::time::Duration::from_millis(self.inner.parts.config.cluster.election_timeout_ms);
+        let timeout = self.inner.parts.config.cluster.election_timeout;
         let now = tokio::time::Instant::now();
         let healthy = {
             let metrics = raft.metrics();
@@ -363,8 +361,12 @@ impl Node {
 
 /// Runs for leader until this node leads, a little longer than the
 /// voters' leader leases (twice the election timeout) allow it to take.
-async fn take_over(raft: crate::raft::Raft, me: crate::raft::NodeId, election_timeout_ms: u64) {
-    let round = std::time::Duration::from_millis(election_timeout_ms / 2);
+async fn take_over(
+    raft: crate::raft::Raft,
+    me: crate::raft::NodeId,
+    election_timeout: std::time::Duration,
+) {
+    let round = election_timeout / 2;
     let deadline = tokio::time::Instant::now() + round * 10;
     while tokio::time::Instant::now() < deadline {
         if raft.metrics().borrow().current_leader == Some(me) {

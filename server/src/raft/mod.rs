@@ -184,9 +184,9 @@ impl MembershipError {
 pub fn raft_config(cluster: &crate::config::ClusterConfig) -> openraft::Config {
     openraft::Config {
         cluster_name: "understudy".into(),
-        heartbeat_interval: cluster.heartbeat_ms,
-        election_timeout_min: cluster.election_timeout_ms,
-        election_timeout_max: cluster.election_timeout_ms * 2,
+        heartbeat_interval: crate::clock::millis(cluster.heartbeat),
+        election_timeout_min: crate::clock::millis(cluster.election_timeout),
+        election_timeout_max: crate::clock::millis(cluster.election_timeout * 2),
         ..openraft::Config::default()
     }
 }

@@ -69,9 +69,9 @@ impl RaftWriter {
         tasks: &TaskTracker,
         cancel: CancellationToken,
     ) -> Self {
-        let timeout = config.write_timeout;
-        let (urgent, urgent_rx) = mpsc::channel(config.write_queue);
-        let (normal, normal_rx) = mpsc::channel(config.write_queue);
+        let timeout = config.writes.timeout;
+        let (urgent, urgent_rx) = mpsc::channel(config.writes.queue);
+        let (normal, normal_rx) = mpsc::channel(config.writes.queue);
         let proposer = Arc::new(Proposer {
             raft,
             node_id,

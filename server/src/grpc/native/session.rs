@@ -171,7 +171,7 @@ impl NativeApi {
             node: node.config().node_id,
             id: session_id.clone(),
         };
-        let default_keepalive = u32::try_from(node.config().grpc.connection_idle / 4)
+        let default_keepalive = u32::try_from((node.config().grpc.connection_idle / 4).as_millis())
             .unwrap_or(5_000)
             .max(100);
         let mut keepalive = default_keepalive;
