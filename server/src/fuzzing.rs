@@ -346,7 +346,7 @@ pub fn raft_payload(input: &[u8]) {
         }
         15 => {
             if let Ok(reply) = understudy_proto::peer::StatusReply::decode(bytes) {
-                let _ = reply.status.map(crate::raft::NodeStatus::from);
+                let _ = reply.status.map(crate::raft::NodeStatus::try_from);
             }
         }
         _ => {

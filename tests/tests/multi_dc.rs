@@ -16,6 +16,7 @@ use anyhow::{bail, Context};
 use tokio::time::Instant;
 use understudy_server::config::Settings;
 use understudy_server::faults::{LinkSpec, PushFault};
+use understudy_server::raft::Role;
 use understudy_server::sim::{heartbeat_for, raft_timings, Sim, SimSpec};
 use understudy_tests::nacos_grpc::RawClient;
 
@@ -91,7 +92,7 @@ async fn every_node_has_a_lag(sim: &Sim) -> anyhow::Result<()> {
 
 /// The leader nodes `among` agree on, if it is one of them and leads.
 fn agreed_leader(sim: &Sim, among: &[u64]) -> Result<u64, String> {
-    let seen: Vec<(u64, Option<u64>, String)> = among
+    let seen: Vec<(u64, Option<u64>, Role)> = among
         .iter()
         .filter_map(|id| sim.node(*id).map(|n| (*id, n.cluster_status())))
         .map(|(id, s)| (id, s.leader, s.role))
@@ -104,7 +105,7 @@ fn agreed_leader(sim: &Sim, among: &[u64]) -> Result<u64, String> {
         && seen.iter().all(|(_, l, _)| *l == Some(*leader))
         && seen
             .iter()
-            .any(|(id, _, role)| id == leader && role == "leader");
+            .any(|(id, _, role)| id == leader && *role == Role::Leader);
     if agreed {
         Ok(*leader)
     } else {
@@ -279,7 +280,7 @@ async fn listed_ips(
 }
 
 /// Each running node's (id, role, term, leader, last applied).
-fn statuses(sim: &Sim) -> Vec<(u64, String, u64, Option<u64>, u64)> {
+fn statuses(sim: &Sim) -> Vec<(u64, Role, u64, Option<u64>, u64)> {
     sim.nodes()
         .keys()
         .filter_map(|id| sim.node(*id).map(|n| n.cluster_status()))
@@ -497,7 +498,7 @@ async fn a_minority_dc_cut_off_past_its_election_timeout_rejoins_without_deposin
             s.term
         );
         anyhow::ensure!(
-            s.term == term && s.role == "follower",
+            s.term == term && s.role == Role::Follower,
             "node 3 campaigned while cut off: {} in term {} (was term {term})",
             s.role,
             s.term
@@ -521,7 +522,7 @@ async fn a_minority_dc_cut_off_past_its_election_timeout_rejoins_without_deposin
         let converged = loop {
             let now = statuses(&sim);
             // Print each change of role, term or leader.
-            let shape: Vec<_> = now.iter().map(|s| (s.1.clone(), s.2, s.3)).collect();
+            let shape: Vec<_> = now.iter().map(|s| (s.1, s.2, s.3)).collect();
             if shape != shown {
                 println!("+{:>5} ms: {now:?}", healed.elapsed().as_millis());
                 shown = shape;

@@ -37,6 +37,60 @@ pub struct Decision {
     pub reason: &'static str,
 }
 
+/// Why a router leaves a call no target.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RouteError {
+    /// Strict zone mode, and the caller's zone has no available instance.
+    #[error("strict mode and zone {zone} has no available instance ({listed} listed there, {elsewhere} available in other zones)")]
+    ZoneUnavailable {
+        /// The caller's zone.
+        zone: String,
+        /// Instances listed there.
+        listed: usize,
+        /// Instances available in the other zones.
+        elsewhere: usize,
+    },
+    /// No instance carries the call's tag, and the tag is forced.
+    #[error("no instance is tagged {tag:?} (force)")]
+    TagForced {
+        /// The call's tag.
+        tag: String,
+    },
+    /// No instance carries the call's tag, and none is untagged either.
+    #[error("no instance is tagged {tag:?} and none is untagged")]
+    TagMissing {
+        /// The call's tag.
+        tag: String,
+    },
+    /// The call has no tag, and every instance has one.
+    #[error("the call has no tag and every instance is tagged")]
+    AllTagged,
+    /// A condition rule without a `then` side matches the call.
+    #[error("rule {rule:?} bans every instance for this call")]
+    Banned {
+        /// The rule.
+        rule: String,
+    },
+    /// A forced condition rule matches the call and no instance.
+    #[error("rule {rule:?} leaves no instance (force)")]
+    RuleLeavesNone {
+        /// The rule.
+        rule: String,
+    },
+    /// No instance has the version and group the consumer asks for.
+    #[error(
+        "no instance of version {version:?} and group {group:?} (version/group listed: {listed})"
+    )]
+    VersionMissing {
+        /// The version asked for.
+        version: String,
+        /// The group asked for.
+        group: String,
+        /// The version/group pairs listed, comma-separated.
+        listed: String,
+    },
+}
+
 /// Narrows a list of targets.
 pub trait Router: Send + Sync + std::fmt::Debug {
     /// The router's name, for errors, spans and metrics.
@@ -54,7 +108,7 @@ pub trait Router: Send + Sync + std::fmt::Debug {
         targets: Vec<Target>,
         invocation: &Invocation,
         cx: &mut RouteContext<'_>,
-    ) -> Result<Vec<Target>, String>;
+    ) -> Result<Vec<Target>, RouteError>;
 }
 
 /// A level of local availability: a count and a share of all available
@@ -155,7 +209,7 @@ impl Router for ZoneRouter {
         targets: Vec<Target>,
         _invocation: &Invocation,
         cx: &mut RouteContext<'_>,
-    ) -> Result<Vec<Target>, String> {
+    ) -> Result<Vec<Target>, RouteError> {
         let Some(zone) = cx.local_zone.map(str::to_owned) else {
             self.decide(cx, "*", "caller-zone-unknown");
             return Ok(targets);
@@ -188,11 +242,11 @@ impl Router for ZoneRouter {
                     self.decide(cx, &zone, "local");
                     Ok(local)
                 } else {
-                    Err(format!(
-                        "strict mode and zone {zone} has no available instance ({} listed there, {} available in other zones)",
-                        local.len(),
-                        total - local_available
-                    ))
+                    Err(RouteError::ZoneUnavailable {
+                        listed: local.len(),
+                        elsewhere: total - local_available,
+                        zone,
+                    })
                 }
             }
             ZoneMode::Threshold {
@@ -264,7 +318,7 @@ impl Router for TagRouter {
         targets: Vec<Target>,
         invocation: &Invocation,
         cx: &mut RouteContext<'_>,
-    ) -> Result<Vec<Target>, String> {
+    ) -> Result<Vec<Target>, RouteError> {
         let tag_of = |t: &Target| {
             t.instance
                 .metadata
@@ -288,13 +342,15 @@ impl Router for TagRouter {
                 if !tagged.is_empty() {
                     (tagged, "tagged")
                 } else if self.force {
-                    return Err(format!("no instance is tagged {tag:?} (force)"));
+                    return Err(RouteError::TagForced {
+                        tag: tag.to_owned(),
+                    });
                 } else {
                     let rest = untagged(targets);
                     if rest.is_empty() {
-                        return Err(format!(
-                            "no instance is tagged {tag:?} and none is untagged"
-                        ));
+                        return Err(RouteError::TagMissing {
+                            tag: tag.to_owned(),
+                        });
                     }
                     (rest, "tag-missing-untagged")
                 }
@@ -302,7 +358,7 @@ impl Router for TagRouter {
             None => {
                 let rest = untagged(targets);
                 if rest.is_empty() {
-                    return Err("the call has no tag and every instance is tagged".into());
+                    return Err(RouteError::AllTagged);
                 }
                 (rest, "untagged")
             }
@@ -439,7 +495,7 @@ impl Router for ConditionRouter {
         targets: Vec<Target>,
         invocation: &Invocation,
         cx: &mut RouteContext<'_>,
-    ) -> Result<Vec<Target>, String> {
+    ) -> Result<Vec<Target>, RouteError> {
         let applies = self.when.iter().all(|c| {
             let value = match c.key.as_str() {
                 "method" => Some(invocation.method.as_str()),
@@ -452,10 +508,9 @@ impl Router for ConditionRouter {
             return Ok(targets);
         }
         let Some(then) = &self.then else {
-            return Err(format!(
-                "rule {:?} bans every instance for this call",
-                self.rule
-            ));
+            return Err(RouteError::Banned {
+                rule: self.rule.clone(),
+            });
         };
         let kept: Vec<Target> = targets
             .iter()
@@ -465,7 +520,9 @@ impl Router for ConditionRouter {
         let reason = if !kept.is_empty() {
             "rule-applied"
         } else if self.force {
-            return Err(format!("rule {:?} leaves no instance (force)", self.rule));
+            return Err(RouteError::RuleLeavesNone {
+                rule: self.rule.clone(),
+            });
         } else {
             "rule-ignored-empty"
         };
@@ -509,7 +566,7 @@ impl Router for VersionGroupRouter {
         targets: Vec<Target>,
         invocation: &Invocation,
         _cx: &mut RouteContext<'_>,
-    ) -> Result<Vec<Target>, String> {
+    ) -> Result<Vec<Target>, RouteError> {
         let version = invocation.attachment(VERSION).or(self.version.as_deref());
         let group = invocation.attachment(GROUP).or(self.group.as_deref());
         let fits = |pattern: Option<&str>, value: Option<&String>| {
@@ -538,12 +595,11 @@ impl Router for VersionGroupRouter {
                 .collect();
             seen.sort();
             seen.dedup();
-            return Err(format!(
-                "no instance of version {:?} and group {:?} (version/group listed: {})",
-                version.unwrap_or(""),
-                group.unwrap_or(""),
-                seen.join(", ")
-            ));
+            return Err(RouteError::VersionMissing {
+                version: version.unwrap_or("").to_owned(),
+                group: group.unwrap_or("").to_owned(),
+                listed: seen.join(", "),
+            });
         }
         Ok(kept)
     }

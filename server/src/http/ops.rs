@@ -219,8 +219,8 @@ pub(crate) async fn add_member(State(node): State<Node>, params: Input) -> Respo
             ));
         }
         let role = match p.get("role").unwrap_or("voter") {
-            "voter" => crate::raft::Role::Voter,
-            "learner" => crate::raft::Role::Learner,
+            "voter" => crate::raft::Voting::Voter,
+            "learner" => crate::raft::Voting::Learner,
             other => {
                 return Err(ApiError::invalid(
                     "role",

@@ -97,9 +97,9 @@ pub(crate) fn render(node: &crate::Node, handle: &PrometheusHandle) -> String {
         "understudy_raft_role",
         "1 for this node's raft role, 0 for the others.",
     );
-    for role in ["leader", "follower", "candidate", "learner", "shutdown"] {
+    for role in crate::raft::Role::ALL {
         let value = if status.role == role { 1.0 } else { 0.0 };
-        let labels = [here[0], here[1], ("role", role)];
+        let labels = [here[0], here[1], ("role", role.as_str())];
         gauge.sample("understudy_raft_role", &labels, value);
     }
     gauge.family(

@@ -58,7 +58,7 @@ impl Node {
         &self,
         id: crate::raft::NodeId,
         member: crate::raft::Member,
-        voter: crate::raft::Role,
+        voter: crate::raft::Voting,
     ) -> Result<(), crate::raft::MembershipError> {
         use crate::raft::MembershipError;
         let raft = &self.inner.parts.raft;
@@ -66,7 +66,7 @@ impl Node {
         raft.add_learner(id, member, true)
             .await
             .map_err(MembershipError::from_raft)?;
-        if voter == crate::raft::Role::Voter {
+        if voter == crate::raft::Voting::Voter {
             raft.change_membership(
                 openraft::ChangeMembers::AddVoterIds(std::collections::BTreeSet::from([id])),
                 false,
@@ -289,7 +289,7 @@ impl Node {
                 .admin(target, &member, &AdminRequest::Status, heartbeat * 5)
                 .await;
             if let Ok(AdminReply::Status(status)) = asked {
-                if status.cluster.role == "leader" {
+                if status.cluster.role == crate::raft::Role::Leader {
                     tracing::info!(
                         node = target,
                         after_ms = started.elapsed().as_millis() as u64,

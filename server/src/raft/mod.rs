@@ -112,7 +112,7 @@ pub enum StartError {
 
 /// Whether a new member votes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
+pub enum Voting {
     /// Receives the log, never votes.
     Learner,
     /// Votes, after catching up as a learner.
@@ -240,6 +240,62 @@ pub struct NodeReport {
     pub error: Option<String>,
 }
 
+/// A node's raft role; in JSON its lowercase name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// It leads: it takes writes and replicates them.
+    Leader,
+    /// It follows a leader.
+    Follower,
+    /// It is running for leader.
+    Candidate,
+    /// It receives the log but does not vote.
+    Learner,
+    /// Its raft has stopped.
+    Shutdown,
+}
+
+impl Role {
+    /// Every role.
+    pub const ALL: [Role; 5] = [
+        Role::Leader,
+        Role::Follower,
+        Role::Candidate,
+        Role::Learner,
+        Role::Shutdown,
+    ];
+
+    /// Its lowercase name, as JSON and the metrics label say it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Leader => "leader",
+            Role::Follower => "follower",
+            Role::Candidate => "candidate",
+            Role::Learner => "learner",
+            Role::Shutdown => "shutdown",
+        }
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<openraft::ServerState> for Role {
+    fn from(state: openraft::ServerState) -> Self {
+        match state {
+            openraft::ServerState::Leader => Role::Leader,
+            openraft::ServerState::Follower => Role::Follower,
+            openraft::ServerState::Candidate => Role::Candidate,
+            openraft::ServerState::Learner => Role::Learner,
+            openraft::ServerState::Shutdown => Role::Shutdown,
+        }
+    }
+}
+
 /// One node's view of the cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -248,9 +304,8 @@ pub struct ClusterStatus {
     pub node_id: NodeId,
     /// This node's datacenter.
     pub dc: String,
-    /// `leader`, `follower`, `candidate`, `learner`, `shutdown`, or
-    /// `single` for a node without replication.
-    pub role: String,
+    /// Its raft role.
+    pub role: Role,
     /// The current term.
     pub term: u64,
     /// The leader this node knows of.
@@ -286,17 +341,10 @@ impl ClusterStatus {
                     .or_else(|| (*id == m.id).then(|| m.last_log_index.unwrap_or(0))),
             })
             .collect();
-        let role = match m.state {
-            openraft::ServerState::Leader => "leader",
-            openraft::ServerState::Follower => "follower",
-            openraft::ServerState::Candidate => "candidate",
-            openraft::ServerState::Learner => "learner",
-            openraft::ServerState::Shutdown => "shutdown",
-        };
         Self {
             node_id: m.id,
             dc: dc.to_owned(),
-            role: role.to_owned(),
+            role: m.state.into(),
             term: m.current_term,
             leader: m.current_leader,
             last_applied: m.last_applied.map_or(0, |l| l.index),
@@ -310,7 +358,7 @@ impl ClusterStatus {
     /// index a majority of voters holds, elsewhere the last applied one
     /// (a follower applies only what it knows committed).
     pub fn committed(&self) -> u64 {
-        if self.role != "leader" {
+        if self.role != Role::Leader {
             return self.last_applied;
         }
         let mut matched: Vec<u64> = self

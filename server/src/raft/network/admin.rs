@@ -33,7 +33,10 @@ impl Network {
                     .await
                     .map_err(failed)?;
                 let status = reply.status.ok_or("an answer without a status")?;
-                Ok(AdminReply::Status(Box::new(status.into())))
+                let status = status
+                    .try_into()
+                    .map_err(|e: super::convert::UnknownRole| e.to_string())?;
+                Ok(AdminReply::Status(Box::new(status)))
             }
             AdminRequest::SetFaults(state) => {
                 let faults = Some(peer::FaultState::from(state));

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use understudy_proto::peer;
 
-use super::super::{ClusterStatus, MemberStatus, NodeStatus};
+use super::super::{ClusterStatus, MemberStatus, NodeStatus, Role};
 use crate::faults::{DcLink, FaultState, Link, PushFault};
 use crate::view::DelaySummary;
 
@@ -19,7 +19,7 @@ impl From<&NodeStatus> for peer::NodeStatus {
         Self {
             node_id: c.node_id,
             dc: c.dc.clone(),
-            role: c.role.clone(),
+            role: peer::Role::from(c.role).into(),
             term: c.term,
             leader: c.leader,
             last_applied: c.last_applied,
@@ -47,14 +47,41 @@ impl From<&NodeStatus> for peer::NodeStatus {
     }
 }
 
-impl From<peer::NodeStatus> for NodeStatus {
-    fn from(s: peer::NodeStatus) -> Self {
+impl From<Role> for peer::Role {
+    fn from(role: Role) -> Self {
+        match role {
+            Role::Leader => peer::Role::Leader,
+            Role::Follower => peer::Role::Follower,
+            Role::Candidate => peer::Role::Candidate,
+            Role::Learner => peer::Role::Learner,
+            Role::Shutdown => peer::Role::Shutdown,
+        }
+    }
+}
+
+/// A peer's answer that does not say what it should.
+#[derive(Debug, thiserror::Error)]
+#[error("a peer's status names no role it knows ({0})")]
+pub struct UnknownRole(i32);
+
+impl TryFrom<peer::NodeStatus> for NodeStatus {
+    type Error = UnknownRole;
+
+    fn try_from(s: peer::NodeStatus) -> Result<Self, UnknownRole> {
         let delays = s.register_to_visible.unwrap_or_default();
-        Self {
+        let role = match peer::Role::try_from(s.role) {
+            Ok(peer::Role::Leader) => Role::Leader,
+            Ok(peer::Role::Follower) => Role::Follower,
+            Ok(peer::Role::Candidate) => Role::Candidate,
+            Ok(peer::Role::Learner) => Role::Learner,
+            Ok(peer::Role::Shutdown) => Role::Shutdown,
+            Ok(peer::Role::Unspecified) | Err(_) => return Err(UnknownRole(s.role)),
+        };
+        Ok(Self {
             cluster: ClusterStatus {
                 node_id: s.node_id,
                 dc: s.dc,
-                role: s.role,
+                role,
                 term: s.term,
                 leader: s.leader,
                 last_applied: s.last_applied,
@@ -79,7 +106,7 @@ impl From<peer::NodeStatus> for NodeStatus {
                 p99_ms: delays.p99_ms,
                 max_ms: delays.max_ms,
             },
-        }
+        })
     }
 }
 
