@@ -28,6 +28,7 @@ pub struct ClientBuilder {
     tls_ca: Option<Arc<[u8]>>,
     probe_min: Option<Duration>,
     probe_max: Option<Duration>,
+    seed: Option<u64>,
 }
 
 impl ClientBuilder {
@@ -73,6 +74,13 @@ impl ClientBuilder {
     pub fn backoff(mut self, min: Duration, max: Duration) -> Self {
         self.backoff_min = Some(min);
         self.backoff_max = Some(max);
+        self
+    }
+
+    /// Seeds the random draws of the backoff's jitter, so that a test can
+    /// replay them; by default they are seeded from the OS.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
         self
     }
 
@@ -169,6 +177,10 @@ impl ClientBuilder {
                 started_ms: wall_ms(),
                 backoff_min: min,
                 backoff_max: max,
+                jitter: std::sync::Mutex::new(match self.seed {
+                    Some(seed) => rand::SeedableRng::seed_from_u64(seed),
+                    None => rand::SeedableRng::from_rng(&mut rand::rng()),
+                }),
                 connect_timeout: self.connect_timeout.unwrap_or(Duration::from_secs(3)),
                 empty_protection: self.empty_protection,
                 keepalive: self.keepalive.unwrap_or(Duration::from_secs(2)),

@@ -59,6 +59,8 @@ pub(crate) struct Inner {
     pub(crate) started_ms: u64,
     pub(crate) backoff_min: Duration,
     pub(crate) backoff_max: Duration,
+    /// The backoff's jitter draws.
+    pub(crate) jitter: std::sync::Mutex<rand::rngs::StdRng>,
     pub(crate) connect_timeout: Duration,
     pub(crate) empty_protection: EmptyProtection,
     pub(crate) keepalive: Duration,
@@ -130,10 +132,10 @@ impl Inner {
             .backoff_min
             .saturating_mul(1u32 << failures.min(16))
             .min(self.backoff_max);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let jitter = 0.5 + f64::from(nanos % 1000) / 2000.0;
+        let jitter: f64 = rand::RngExt::random_range(
+            &mut *self.jitter.lock().unwrap_or_else(|p| p.into_inner()),
+            0.5..=1.0,
+        );
         step.mul_f64(jitter)
     }
 }
@@ -254,4 +256,40 @@ pub(crate) async fn connect(
         channel = channel.tls_config(tls).map_err(|e| e.to_string())?;
     }
     channel.connect().await.map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::Client;
+
+    fn backoffs(seed: u64) -> Vec<Duration> {
+        let client = Client::builder()
+            .endpoint("127.0.0.1:1", None)
+            .backoff(Duration::from_millis(100), Duration::from_secs(1))
+            .seed(seed)
+            .build()
+            .unwrap();
+        (0..8)
+            .map(|failures| client.inner.backoff(failures))
+            .collect()
+    }
+
+    /// The backoff's jitter comes from the client's seeded draws: the same
+    /// seed replays the same delays, another seed draws others, and each
+    /// delay is between half and all of its exponential step.
+    #[test]
+    fn backoff_jitter_is_drawn_from_the_seeded_rng() {
+        let first = backoffs(7);
+        assert_eq!(first, backoffs(7));
+        assert_ne!(first, backoffs(8));
+        for (failures, delay) in first.iter().enumerate() {
+            let step = Duration::from_millis(100 << failures).min(Duration::from_secs(1));
+            assert!(
+                *delay >= step / 2 && *delay <= step,
+                "after {failures} failures: {delay:?} is not within half of {step:?} and it"
+            );
+        }
+    }
 }

@@ -2,7 +2,11 @@
 //! and then advanced by tokio's monotonic clock. Wall-clock jumps do not
 //! reach the liveness rules, and under tokio's paused clock (tests) time
 //! moves only when the test moves it, so liveness sleeps and timestamps
-//! always agree.
+//! always agree. Stamps that other nodes compare with their own time
+//! (entry stamps, view lag) read the wall clock through the same seam
+//! ([`Clock::wall_ms`]). The ids that must differ across restarts of a
+//! node take [`restart_nonce`], the one reading of the system clock
+//! outside it.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -14,6 +18,9 @@ use understudy_core::Millis;
 pub struct Clock {
     epoch_at_start: Millis,
     start: Instant,
+    /// Whether [`Clock::wall_ms`] reads the system's wall clock (else it
+    /// reads [`Clock::now`]: an injected clock is the whole truth).
+    system: bool,
 }
 
 impl Clock {
@@ -22,7 +29,10 @@ impl Clock {
         let epoch = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        Self::starting_at(epoch)
+        Self {
+            system: true,
+            ..Self::starting_at(epoch)
+        }
     }
 
     /// A clock that reads `epoch_ms` now (tests inject a fixed start).
@@ -30,7 +40,21 @@ impl Clock {
         Self {
             epoch_at_start: epoch_ms,
             start: Instant::now(),
+            system: false,
         }
+    }
+
+    /// The wall clock, epoch milliseconds, for stamps other nodes compare
+    /// with their own reading: unlike [`Clock::now`] it follows the
+    /// system's time corrections, as the other nodes' clocks do. A clock
+    /// with an injected start reads [`Clock::now`] here.
+    pub fn wall_ms(&self) -> Millis {
+        if !self.system {
+            return self.now();
+        }
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, millis)
     }
 
     /// Now, in epoch milliseconds.
@@ -48,4 +72,16 @@ impl Clock {
 /// A span of time in the clock's unit, whole milliseconds (saturating).
 pub fn millis(span: std::time::Duration) -> Millis {
     u64::try_from(span.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A number no earlier start of this process or node drew: the system
+/// clock's nanoseconds since the epoch. Ids that must never repeat across
+/// restarts (the writer's batch sequence, the provisional cluster id,
+/// native session ids) start from it. It reads the system clock, not an
+/// injected one, on purpose: a test's clock restarts at the same reading,
+/// and a restarted node must not reuse its ids.
+pub fn restart_nonce() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }

@@ -50,9 +50,7 @@ impl State {
             changes: tokio::sync::broadcast::channel(config.grpc.watch_buffer).0,
             cluster_id: RwLock::new(Arc::from(format!(
                 "{PROVISIONAL}{:x}-{:x}",
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_nanos()),
+                crate::clock::restart_nonce(),
                 std::process::id()
             ))),
         }

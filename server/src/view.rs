@@ -12,20 +12,14 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use understudy_core::Command;
 
+use crate::clock::Clock;
 use crate::faults::LinkFaults;
-
-/// Milliseconds since the Unix epoch, the unit of entry stamps.
-pub fn wall_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 /// Register-to-visible delays are kept up to this, in microseconds.
 const R2V_MAX_US: u64 = 3_600_000_000;
@@ -41,6 +35,8 @@ pub struct View {
 struct Inner {
     dc: String,
     faults: LinkFaults,
+    /// Entry stamps are this clock's wall readings.
+    clock: Clock,
     /// The newest stamp applied here, ms since the epoch; 0 before any.
     newest: AtomicU64,
     /// Register-to-visible delays seen here, µs.
@@ -81,13 +77,14 @@ impl DelaySummary {
 
 impl View {
     /// The view of a node in `dc`, whose apply delay `faults` holds.
-    pub fn new(dc: &str, faults: LinkFaults) -> Self {
+    pub fn new(dc: &str, faults: LinkFaults, clock: Clock) -> Self {
         // The handle below binds to the recorder installed now.
         let _ = crate::metrics::handle();
         Self {
             inner: Arc::new(Inner {
                 dc: dc.to_owned(),
                 faults,
+                clock,
                 newest: AtomicU64::new(0),
                 r2v: Mutex::new(
                     Histogram::new_with_bounds(1, R2V_MAX_US, 2).expect("valid histogram bounds"),
@@ -108,7 +105,7 @@ impl View {
             return;
         }
         let due = stamp_ms + delay.as_millis() as u64;
-        let now = wall_ms();
+        let now = self.inner.clock.wall_ms();
         if due > now {
             tokio::time::sleep(Duration::from_millis(due - now)).await;
         }
@@ -126,7 +123,7 @@ impl View {
             .filter(|c| matches!(c.op, understudy_core::Op::Register { .. }))
             .count() as u64;
         if registrations > 0 {
-            let delay_us = wall_ms().saturating_sub(stamp_ms) * 1000;
+            let delay_us = self.inner.clock.wall_ms().saturating_sub(stamp_ms) * 1000;
             let seconds = delay_us as f64 / 1e6;
             self.inner.r2v_metric.record(seconds);
             let mut h = self
@@ -143,7 +140,9 @@ impl View {
     pub fn lag(&self) -> Option<Duration> {
         match self.inner.newest.load(Ordering::Relaxed) {
             0 => None,
-            newest => Some(Duration::from_millis(wall_ms().saturating_sub(newest))),
+            newest => Some(Duration::from_millis(
+                self.inner.clock.wall_ms().saturating_sub(newest),
+            )),
         }
     }
 
@@ -170,7 +169,9 @@ mod tests {
     #[tokio::test]
     async fn lag_follows_the_newest_stamp_and_an_apply_delay_holds_entries_back() {
         let faults = LinkFaults::new(1);
-        let view = View::new("sh", faults.clone());
+        let clock = Clock::system();
+        let wall_ms = || clock.wall_ms();
+        let view = View::new("sh", faults.clone(), clock);
         assert_eq!(view.lag(), None);
         let stamp = wall_ms() - 300;
         view.applied(stamp, &[]);
@@ -196,7 +197,7 @@ mod tests {
         assert!(start.elapsed() < Duration::from_millis(150), "already due");
         faults.set_apply_delay("hz", Duration::from_secs(60));
         let start = std::time::Instant::now();
-        View::new("bj", faults).admit(wall_ms()).await;
+        View::new("bj", faults, clock).admit(wall_ms()).await;
         assert!(
             start.elapsed() < Duration::from_millis(150),
             "other DCs unaffected"

@@ -93,7 +93,7 @@ impl Node {
         for (dc, delay) in &config.chaos.apply_delays {
             faults.set_apply_delay(dc, *delay);
         }
-        let view = crate::view::View::new(&config.dc, faults.clone());
+        let view = crate::view::View::new(&config.dc, faults.clone(), clock);
         let waiters = Waiters::default();
         let machine = StateMachine::new(config.node_id, state.clone(), clock, waiters.clone())
             .with_view(view.clone());
@@ -124,10 +124,10 @@ impl Node {
         crate::raft::relay::start(raft.clone(), network.clone(), log, tasks, cancel.clone());
         let writer = crate::raft::writer::RaftWriter::start(
             raft.clone(),
-            config.node_id,
             waiters,
             Arc::new(network.clone()),
             &config,
+            clock,
             tasks,
             cancel.clone(),
         );
@@ -167,6 +167,7 @@ impl Node {
         tasks.spawn(crate::raft::ticks::run_ticks(
             raft.clone(),
             config.node_id,
+            node.clock().to_owned(),
             tick,
             quorum_window,
             tasks.clone(),

@@ -8,7 +8,6 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::faults::LinkFaults;
-use crate::view::wall_ms;
 
 /// The leader's tick: an empty entry stamped with the leader's time every
 /// `interval`, appended without waiting for it to be applied. A leader that
@@ -20,6 +19,7 @@ use crate::view::wall_ms;
 pub async fn run_ticks(
     raft: super::Raft,
     node_id: super::NodeId,
+    clock: crate::clock::Clock,
     interval: Duration,
     quorum_window: Duration,
     tasks: tokio_util::task::TaskTracker,
@@ -45,7 +45,7 @@ pub async fn run_ticks(
         if !fresh {
             continue;
         }
-        let tick = super::Batch::tick(node_id, wall_ms());
+        let tick = super::Batch::tick(node_id, clock.wall_ms());
         match raft.client_write_ff(Arc::new(tick)).await {
             // Nobody needs the answer, but dropping its receiver early makes
             // openraft warn on every tick.

@@ -57,15 +57,17 @@ struct Proposer {
     forward: Arc<dyn Forward>,
     seq: AtomicU64,
     timeout: Duration,
+    /// Batches are stamped with its wall reading.
+    clock: crate::clock::Clock,
 }
 
 impl RaftWriter {
     pub(crate) fn start(
         raft: Raft,
-        node_id: NodeId,
         waiters: Waiters,
         forward: Arc<dyn Forward>,
         config: &crate::config::ValidConfig,
+        clock: crate::clock::Clock,
         tasks: &TaskTracker,
         cancel: CancellationToken,
     ) -> Self {
@@ -74,18 +76,15 @@ impl RaftWriter {
         let (normal, normal_rx) = mpsc::channel(config.writes.queue);
         let proposer = Arc::new(Proposer {
             raft,
-            node_id,
+            node_id: config.node_id,
             waiters,
             forward,
             // Unique across restarts: a durable log may still hold this
             // node's batches from before, applied after this start, and
             // their results must not reach a new proposer.
-            seq: AtomicU64::new(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_nanos() as u64),
-            ),
+            seq: AtomicU64::new(crate::clock::restart_nonce()),
             timeout,
+            clock,
         });
         tasks.spawn(run(proposer, urgent_rx, normal_rx, tasks.clone(), cancel));
         Self {
@@ -178,7 +177,7 @@ impl Proposer {
             origin: self.node_id,
             seq,
             commands,
-            stamp_ms: crate::view::wall_ms(),
+            stamp_ms: self.clock.wall_ms(),
         });
         let applied = self.waiters.register(seq);
         let outcome = match self.submit(&batch).await {

@@ -142,12 +142,9 @@ async fn session_request(
 
 static SESSIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
-/// When this process started, epoch ms.
-static STARTED: std::sync::LazyLock<u128> = std::sync::LazyLock::new(|| {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis())
-});
+/// When this process started, epoch ms (for ids only).
+static STARTED: std::sync::LazyLock<u64> =
+    std::sync::LazyLock::new(|| crate::clock::restart_nonce() / 1_000_000);
 
 impl NativeApi {
     /// Runs a session until the client ends it or goes silent, then
