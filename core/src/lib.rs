@@ -14,6 +14,8 @@
 //!   revision, and the bounded change log behind watch resume;
 //! - `registry`: [`Registry`], which applies commands, answers queries and
 //!   takes and restores [`RegistrySnapshot`]s;
+//! - `import`: [`plan_import`], the writes that merge an export document's
+//!   items into the registry, checked against a copy of it;
 //! - `config`: config items ([`ConfigKey`], [`ConfigItem`]) of the Nacos
 //!   config service, with their md5;
 //! - `liveness`: [`Liveness`], the beat and connection deadlines kept by
@@ -29,6 +31,7 @@ mod command;
 mod config;
 mod error;
 mod event;
+mod import;
 mod instance;
 mod kind;
 mod liveness;
@@ -41,6 +44,10 @@ pub use command::{Command, HealthSource, Op, RemovalCause, UpdateMode};
 pub use config::{content_md5, ConfigItem, ConfigKey, ConfigSpec};
 pub use error::Error;
 pub use event::{Change, Event};
+pub use import::{
+    plan_import, ConfigImport, ImportError, ImportItems, InstanceImport, NamespaceImport,
+    ServiceImport, Step,
+};
 pub use instance::{
     check_ip, check_weight, HealthTimeouts, Instance, InstanceKey, InstancePatch, InstanceSpec,
     Limits, Metadata, Owner, MAX_WEIGHT, META_BEAT_INTERVAL, META_BEAT_TIMEOUT,

@@ -1,6 +1,7 @@
 //! understudy-proto: the wire formats, kept apart from the domain.
 //!
 //! Component map:
+//! - [`backup`]: the export document and its item-by-item reading;
 //! - [`nacos`]: Nacos JSON bodies of the HTTP Open API (ServiceInfo,
 //!   instances, beats, the v2 `Result` envelope, service and namespace
 //!   bodies, switches, login) with their exact Nacos field names, and the
@@ -16,12 +17,21 @@
 //! - [`raft`]: the raft transport between nodes (`understudy.raft.v1`):
 //!   opaque payloads, so openraft's types never leak into the schema.
 
+pub mod backup;
 pub mod nacos;
 pub mod nacos_rpc;
 mod native_conv;
 mod peer_conv;
 
 use thiserror::Error;
+
+/// At most 64 characters of client input, for messages.
+pub fn clip(raw: &str) -> &str {
+    match raw.char_indices().nth(64) {
+        Some((i, _)) => &raw[..i],
+        None => raw,
+    }
+}
 
 /// A wire value that cannot become a domain value.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]

@@ -41,9 +41,16 @@ pub struct Applied {
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The write seam: takes a command, returns its outcome once it is applied
-/// to this node's view. A single node applies locally; the raft layer will
-/// replicate first, behind the same trait.
+/// to this node's view (replicated first, on a node with peers).
 pub trait Propose: Send + Sync + 'static {
     /// Proposes a command.
     fn propose(&self, command: Command) -> BoxFuture<'_, Result<Applied, ProposeError>>;
+
+    /// Proposes `commands` as one log entry: all of them reach the log
+    /// together or none does, and they are applied in order, each
+    /// succeeding or refused on its own. Answers one result per command.
+    fn propose_all(
+        &self,
+        commands: Vec<Command>,
+    ) -> BoxFuture<'_, Result<Vec<Result<Applied, understudy_core::Error>>, ProposeError>>;
 }

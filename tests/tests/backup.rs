@@ -406,6 +406,30 @@ async fn a_bad_document_is_refused_whole_naming_the_field_and_changes_nothing() 
     assert_eq!(revision(&b).await, revision_before);
 }
 
+/// An import is written in log entries of up to 256 writes, not one entry
+/// per write: 300 configs take two entries, and all of them land.
+#[tokio::test(start_paused = true)]
+async fn an_import_is_written_in_entries_of_many_writes() {
+    let b = App::new().await;
+    let configs: Vec<Value> = (0..300)
+        .map(|i| json!({"group": "DEFAULT_GROUP", "dataId": format!("app-{i}.yaml"), "content": format!("n: {i}")}))
+        .collect();
+    let document = json!({"format": "understudy-export", "version": 1, "configs": configs});
+    let entries_before = b.node.cluster_status().last_log;
+    let reply = import(&b, &document).await;
+    reply.ok();
+    assert_eq!(reply.json()["configs"], 300, "{}", reply.body);
+    assert_eq!(
+        export(&b).await["configs"].as_array().map(Vec::len),
+        Some(300)
+    );
+    assert_eq!(
+        b.node.cluster_status().last_log - entries_before,
+        2,
+        "300 writes in entries of at most 256"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_service_of_the_other_kind_is_a_conflict_that_names_it_and_changes_nothing() {
     let a = App::new().await;

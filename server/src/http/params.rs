@@ -234,13 +234,7 @@ pub(crate) fn parse_port(raw: &str) -> Result<u16, ApiError> {
     }
 }
 
-/// At most 64 characters of client input, for messages.
-pub(crate) fn clip(raw: &str) -> &str {
-    match raw.char_indices().nth(64) {
-        Some((i, _)) => &raw[..i],
-        None => raw,
-    }
-}
+pub(crate) use understudy_proto::clip;
 
 #[cfg(test)]
 mod tests {

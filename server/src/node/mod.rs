@@ -225,6 +225,20 @@ impl Node {
         result
     }
 
+    /// Proposes `ops` as one log entry, applied in order, each on its own
+    /// (see [`crate::write::Propose::propose_all`]).
+    pub async fn propose_all(
+        &self,
+        ops: Vec<Op>,
+    ) -> Result<Vec<Result<Applied, understudy_core::Error>>, ProposeError> {
+        let now = self.now();
+        let commands = ops.into_iter().map(|op| Command::new(now, op)).collect();
+        let started = std::time::Instant::now();
+        let result = self.inner.parts.writer.propose_all(commands).await;
+        metrics::histogram!("understudy_write_seconds").record(started.elapsed().as_secs_f64());
+        result
+    }
+
     /// Takes a beat for a beat-driven instance. The node responsible for
     /// the instance (see [`Node::beat_ring`]) times it; a beat that arrives
     /// elsewhere is handed to that node, and kept here as well, so that a

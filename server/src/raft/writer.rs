@@ -19,7 +19,7 @@ use super::store::{Results, Waiters};
 use super::{Batch, Member, NodeId, Raft};
 use crate::write::{Applied, BoxFuture, Propose, ProposeError};
 
-/// Most commands in one entry.
+/// Most commands gathered into one entry (one job of more stays whole).
 const BATCH: usize = 256;
 /// Entries proposed and not yet applied at once: enough to keep the log
 /// busy while earlier entries replicate.
@@ -37,10 +37,14 @@ pub trait Forward: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<u64, String>>;
 }
 
+/// Commands that go into one entry together, and where their results go.
 struct Job {
-    command: Command,
-    reply: oneshot::Sender<Result<Vec<Change>, ProposeError>>,
+    commands: Vec<Command>,
+    reply: oneshot::Sender<Result<Vec<CommandResult>, ProposeError>>,
 }
+
+/// What one applied command did, or why the registry refused it.
+type CommandResult = Result<Vec<Change>, understudy_core::Error>;
 
 /// The write seam of a replicated node.
 pub(crate) struct RaftWriter {
@@ -98,14 +102,42 @@ impl RaftWriter {
 impl Propose for RaftWriter {
     fn propose(&self, command: Command) -> BoxFuture<'_, Result<Applied, ProposeError>> {
         Box::pin(async move {
-            let queue = if command.op.is_urgent() {
-                &self.urgent
-            } else {
-                &self.normal
-            };
+            let urgent = command.op.is_urgent();
+            let mut results = self.enqueue(vec![command], urgent).await?;
+            match results.pop() {
+                Some(Ok(changes)) => Ok(Applied { changes }),
+                Some(Err(e)) => Err(ProposeError::Rejected(e)),
+                None => Err(ProposeError::ShuttingDown),
+            }
+        })
+    }
+
+    fn propose_all(
+        &self,
+        commands: Vec<Command>,
+    ) -> BoxFuture<'_, Result<Vec<Result<Applied, understudy_core::Error>>, ProposeError>> {
+        Box::pin(async move {
+            let results = self.enqueue(commands, false).await?;
+            Ok(results
+                .into_iter()
+                .map(|r| r.map(|changes| Applied { changes }))
+                .collect())
+        })
+    }
+}
+
+impl RaftWriter {
+    /// Queues `commands` as one job (one entry) and waits for their results.
+    async fn enqueue(
+        &self,
+        commands: Vec<Command>,
+        urgent: bool,
+    ) -> Result<Vec<CommandResult>, ProposeError> {
+        {
+            let queue = if urgent { &self.urgent } else { &self.normal };
             let (reply, answer) = oneshot::channel();
             match queue
-                .send_timeout(Job { command, reply }, self.timeout)
+                .send_timeout(Job { commands, reply }, self.timeout)
                 .await
             {
                 Ok(()) => {}
@@ -119,11 +151,10 @@ impl Propose for RaftWriter {
                 }
             }
             match answer.await {
-                Ok(Ok(changes)) => Ok(Applied { changes }),
-                Ok(Err(e)) => Err(e),
+                Ok(outcome) => outcome,
                 Err(_) => Err(ProposeError::ShuttingDown),
             }
-        })
+        }
     }
 }
 
@@ -136,7 +167,7 @@ async fn run(
 ) {
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
     loop {
-        let mut batch: Vec<Job> = Vec::with_capacity(BATCH);
+        let mut batch: Vec<Job> = Vec::new();
         tokio::select! {
             biased;
             Some(job) = urgent.recv() => batch.push(job),
@@ -147,9 +178,13 @@ async fn run(
         let Ok(slot) = slots.clone().acquire_owned().await else {
             break;
         };
-        while batch.len() < BATCH {
+        let mut size: usize = batch.iter().map(|job| job.commands.len()).sum();
+        while size < BATCH {
             match urgent.try_recv().or_else(|_| normal.try_recv()) {
-                Ok(job) => batch.push(job),
+                Ok(job) => {
+                    size += job.commands.len();
+                    batch.push(job);
+                }
                 Err(_) => break,
             }
         }
@@ -171,8 +206,13 @@ async fn run(
 impl Proposer {
     async fn propose(&self, jobs: Vec<Job>) {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-        let (commands, replies): (Vec<Command>, Vec<_>) =
-            jobs.into_iter().map(|j| (j.command, j.reply)).unzip();
+        let mut commands = Vec::new();
+        let mut replies = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            replies.push((job.commands.len(), job.reply));
+            commands.extend(job.commands);
+        }
+        let count = commands.len();
         let batch = Arc::new(Batch {
             origin: self.node_id,
             seq,
@@ -191,16 +231,17 @@ impl Proposer {
             Err(e) => Err(e),
         };
         self.waiters.forget(seq);
-        metrics::counter!("understudy_commands_applied_total").increment(replies.len() as u64);
+        metrics::counter!("understudy_commands_applied_total").increment(count as u64);
         match outcome {
             Ok(results) => {
-                for (reply, result) in replies.into_iter().zip(pad(results)) {
+                let mut results = pad(results);
+                for (n, reply) in replies {
                     // The caller may have given up; the write stands.
-                    let _ = reply.send(result.map_err(ProposeError::Rejected));
+                    let _ = reply.send(Ok(results.by_ref().take(n).collect()));
                 }
             }
             Err(e) => {
-                for reply in replies {
+                for (_, reply) in replies {
                     let _ = reply.send(Err(e.clone()));
                 }
             }
