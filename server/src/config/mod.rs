@@ -2,7 +2,8 @@
 //! flags, `UNDERSTUDY_*` environment variables and an optional TOML file
 //! (flags > env > file > defaults), each key once, unknown keys refused.
 //! They are then validated into the settings tree, a [`ValidConfig`]
-//! (`valid.rs`) of per-concern groups (`groups.rs`), each of which owns
+//! (`valid.rs`) of per-concern groups (`groups.rs`, `cluster.rs`,
+//! `security.rs`), each of which owns
 //! its defaults and checks. Invalid values are errors naming the key, never
 //! silent fallbacks; `main` exits with code 64 on them. The defaults the
 //! help text and `docs/configuration.md` state are the tree's defaults
@@ -14,15 +15,18 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+mod cluster;
 mod groups;
+mod security;
 #[cfg(test)]
 mod tests;
 mod valid;
 
+pub use cluster::ClusterConfig;
 pub use groups::{
-    AdmissionConfig, AuthConfig, ChaosConfig, Check, ClusterConfig, GrpcConfig, HttpConfig,
-    ProbeConfig, TlsConfig, WriteConfig,
+    AdmissionConfig, ChaosConfig, Check, GrpcConfig, HttpConfig, ProbeConfig, WriteConfig,
 };
+pub use security::{AuthConfig, TlsConfig};
 pub use valid::ValidConfig;
 
 /// A configuration value that cannot be used.

@@ -1,0 +1,191 @@
+//! The cluster's settings group: the raft port and address, the peers,
+//! the shared secret, raft's timings, and the owner and quorum-loss
+//! periods.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::member::Member;
+
+use super::groups::{ms, positive_ms};
+use super::{invalid, ConfigError, Settings};
+
+/// Replication settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// The raft port.
+    pub raft_port: u16,
+    /// Where the other members reach this node's raft port; derived from
+    /// the bind address and the raft port unless set.
+    pub advertise: String,
+    /// The other members, by id (empty: a single node).
+    pub peers: BTreeMap<u64, Member>,
+    /// The shared secret, if any.
+    pub secret: Option<String>,
+    /// Heartbeat period.
+    pub heartbeat: Duration,
+    /// Shortest election timeout (the longest is twice it).
+    pub election_timeout: Duration,
+    /// How long the leader waits for a silent member before removing what
+    /// its connections own.
+    pub owner_grace: Duration,
+    /// How long a node cut off from the majority keeps its gRPC clients
+    /// before sending them elsewhere.
+    pub quorum_loss_reset: Duration,
+}
+
+impl ClusterConfig {
+    /// The defaults for a node bound to `bind`.
+    pub(super) fn default_at(bind: std::net::IpAddr) -> Self {
+        let raft_port = 7848;
+        Self {
+            raft_port,
+            advertise: std::net::SocketAddr::new(bind, raft_port).to_string(),
+            peers: BTreeMap::new(),
+            secret: None,
+            heartbeat: Duration::from_millis(100),
+            election_timeout: Duration::from_secs(1),
+            owner_grace: Duration::from_secs(20),
+            quorum_loss_reset: Duration::from_secs(10),
+        }
+    }
+
+    pub(super) fn read(
+        s: &Settings,
+        bind: std::net::IpAddr,
+        node_id: u64,
+    ) -> Result<Self, ConfigError> {
+        let d = Self::default_at(bind);
+        let mut peers = BTreeMap::new();
+        for text in s.peers.iter().flatten().filter(|p| !p.trim().is_empty()) {
+            let (id, member) = parse_peer(text, node_id)?;
+            if peers.insert(id, member).is_some() {
+                return Err(invalid("peer", format!("node id {id} is given twice")));
+            }
+        }
+        let secret = s.cluster_secret.clone().filter(|secret| !secret.is_empty());
+        if let Some(secret) = &secret {
+            if !secret.chars().all(|c| c.is_ascii_graphic()) {
+                return Err(invalid(
+                    "cluster_secret",
+                    "must be visible ASCII characters without spaces",
+                ));
+            }
+        }
+        let heartbeat = positive_ms("raft_heartbeat_ms", s.raft_heartbeat_ms, d.heartbeat)?;
+        let election_timeout = positive_ms(
+            "raft_election_timeout_ms",
+            s.raft_election_timeout_ms,
+            d.election_timeout,
+        )?;
+        if election_timeout <= heartbeat {
+            return Err(invalid(
+                "raft_election_timeout_ms",
+                "must be longer than raft_heartbeat_ms",
+            ));
+        }
+        let owner_grace = positive_ms("owner_grace_ms", s.owner_grace_ms, d.owner_grace)?;
+        let quorum_loss_reset = positive_ms(
+            "quorum_loss_reset_ms",
+            s.quorum_loss_reset_ms,
+            d.quorum_loss_reset,
+        )?;
+        if quorum_loss_reset >= owner_grace {
+            return Err(invalid(
+                "quorum_loss_reset_ms",
+                "must be shorter than owner_grace_ms, so clients move before their owner is lost",
+            ));
+        }
+        if owner_grace <= election_timeout {
+            return Err(invalid(
+                "owner_grace_ms",
+                "must be longer than raft_election_timeout_ms",
+            ));
+        }
+        let raft_port = s.raft_port.unwrap_or(d.raft_port);
+        let advertise = match &s.raft_advertise {
+            Some(address) => {
+                let fine = address
+                    .rsplit_once(':')
+                    .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0));
+                if !fine {
+                    return Err(invalid(
+                        "raft_advertise",
+                        format!("'{address}' is not HOST:PORT"),
+                    ));
+                }
+                address.clone()
+            }
+            None if bind.is_unspecified() && !peers.is_empty() => {
+                return Err(invalid(
+                    "raft_advertise",
+                    format!("bind {bind} is no address peers can reach; set raft_advertise"),
+                ))
+            }
+            None => std::net::SocketAddr::new(bind, raft_port).to_string(),
+        };
+        Ok(Self {
+            raft_port,
+            advertise,
+            peers,
+            secret,
+            heartbeat,
+            election_timeout,
+            owner_grace,
+            quorum_loss_reset,
+        })
+    }
+
+    pub(super) fn lower(&self, s: &mut Settings) {
+        s.raft_port = Some(self.raft_port);
+        s.raft_advertise = Some(self.advertise.clone());
+        s.peers = Some(
+            self.peers
+                .iter()
+                .map(|(id, member)| match member.dc.as_str() {
+                    "" => format!("{id}={}", member.raft_addr),
+                    dc => format!("{id}={}@{dc}", member.raft_addr),
+                })
+                .collect(),
+        );
+        s.cluster_secret = self.secret.clone();
+        s.raft_heartbeat_ms = Some(ms(self.heartbeat));
+        s.raft_election_timeout_ms = Some(ms(self.election_timeout));
+        s.owner_grace_ms = Some(ms(self.owner_grace));
+        s.quorum_loss_reset_ms = Some(ms(self.quorum_loss_reset));
+    }
+}
+
+/// Parses `ID=HOST:PORT` or `ID=HOST:PORT@DC`.
+fn parse_peer(text: &str, own_id: u64) -> Result<(u64, Member), ConfigError> {
+    let bad = |why: String| invalid("peer", format!("'{text}' {why}"));
+    let (id, rest) = text
+        .split_once('=')
+        .ok_or_else(|| bad("is not ID=HOST:RAFT_PORT".into()))?;
+    let id: u64 = id
+        .trim()
+        .parse()
+        .ok()
+        .filter(|id| *id > 0)
+        .ok_or_else(|| bad("needs a positive node id before '='".into()))?;
+    if id == own_id {
+        return Err(bad(format!("names this node's own id {own_id}")));
+    }
+    let (address, dc) = match rest.rsplit_once('@') {
+        Some((address, dc)) if !dc.is_empty() => (address.trim(), dc.trim()),
+        _ => (rest.trim(), ""),
+    };
+    let (host, port) = address
+        .rsplit_once(':')
+        .ok_or_else(|| bad("needs HOST:RAFT_PORT after '='".into()))?;
+    if host.is_empty() || port.parse::<u16>().ok().filter(|p| *p > 0).is_none() {
+        return Err(bad("needs a host and a port 1..=65535".into()));
+    }
+    Ok((
+        id,
+        Member {
+            raft_addr: address.to_owned(),
+            dc: dc.to_owned(),
+        },
+    ))
+}
