@@ -50,6 +50,16 @@ pub struct SimArgs {
     pub raft_heartbeat_ms: Option<u64>,
 }
 
+/// The running nodes did not agree on a leader in time.
+#[derive(Debug, Error)]
+#[error("no agreed leader within {within:?}: {leaders:?}")]
+pub struct NoLeader {
+    /// How long they were given.
+    pub within: Duration,
+    /// Each running node's leader when time ran out.
+    pub leaders: Vec<Option<NodeId>>,
+}
+
 /// A sim that cannot start.
 #[derive(Debug, Error)]
 pub enum SimError {
@@ -66,7 +76,7 @@ pub enum SimError {
     Config(#[from] crate::ConfigError),
     /// The nodes agree on no leader.
     #[error("the cluster elected no leader: {0}")]
-    NoLeader(String),
+    NoLeader(#[from] NoLeader),
     /// A port could not be bound or a node did not start.
     #[error("node {node}: {source}")]
     Io {
@@ -272,7 +282,7 @@ impl Sim {
             faults,
             dying: tokio_util::task::TaskTracker::new(),
         };
-        sim.leader(within).await.map_err(SimError::NoLeader)?;
+        sim.leader(within).await?;
         Ok(sim)
     }
 
@@ -293,7 +303,7 @@ impl Sim {
 
     /// Waits until the running nodes that are not paused agree on a
     /// leader, and returns it.
-    pub async fn leader(&self, within: Duration) -> Result<NodeId, String> {
+    pub async fn leader(&self, within: Duration) -> Result<NodeId, NoLeader> {
         let deadline = tokio::time::Instant::now() + within;
         let paused = self.faults.paused();
         loop {
@@ -310,7 +320,7 @@ impl Sim {
                 }
             }
             if tokio::time::Instant::now() > deadline {
-                return Err(format!("no agreed leader within {within:?}: {leaders:?}"));
+                return Err(NoLeader { within, leaders });
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -478,12 +488,7 @@ pub async fn main(
     for link in sim.faults().dc_links() {
         println!("link {link}");
     }
-    println!(
-        "leader: node {}",
-        sim.leader(Duration::from_secs(5))
-            .await
-            .map_err(SimError::NoLeader)?
-    );
+    println!("leader: node {}", sim.leader(Duration::from_secs(5)).await?);
     shutdown.await;
     sim.stop().await;
     Ok(())

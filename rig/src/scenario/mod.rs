@@ -465,9 +465,10 @@ fn number<T: std::str::FromStr>(rest: &[&str], what: &str) -> Result<T, String> 
 /// words it took.
 fn duration(words: &[&str]) -> Result<(Duration, usize), String> {
     match words {
-        [n, unit, ..] if n.parse::<f64>().is_ok() && ["us", "ms", "s"].contains(unit) => {
-            Ok((parse_duration(&format!("{n}{unit}"))?, 2))
-        }
+        [n, unit, ..] if n.parse::<f64>().is_ok() && ["us", "ms", "s"].contains(unit) => Ok((
+            parse_duration(&format!("{n}{unit}")).map_err(|e| e.to_string())?,
+            2,
+        )),
         [d, ..] => Ok((parse_duration(d).map_err(|e| format!("duration {e}"))?, 1)),
         [] => Err("expected a duration such as 5s".into()),
     }
@@ -484,7 +485,10 @@ fn apply_delay(rest: &[&str]) -> Result<(String, Duration), String> {
     let (dc, delay) = text
         .split_once('=')
         .ok_or_else(|| format!("apply-delay '{text}' is not DC=DELAY"))?;
-    Ok((dc.to_owned(), parse_duration(delay)?))
+    Ok((
+        dc.to_owned(),
+        parse_duration(delay).map_err(|e| e.to_string())?,
+    ))
 }
 
 fn pair(rest: &[&str]) -> Result<(String, String), String> {
@@ -549,8 +553,14 @@ fn action(words: &[&str]) -> Result<Action, String> {
             let mut fault = PushFault::default();
             for setting in settings {
                 match setting.split_once('=') {
-                    Some(("delay", d)) => fault.delay = parse_duration(d)?,
-                    Some(("drop", p)) => fault.drop = parse_faults(&format!("loss={p}"))?.loss,
+                    Some(("delay", d)) => {
+                        fault.delay = parse_duration(d).map_err(|e| e.to_string())?
+                    }
+                    Some(("drop", p)) => {
+                        fault.drop = parse_faults(&format!("loss={p}"))
+                            .map_err(|e| e.to_string())?
+                            .loss
+                    }
                     _ => return Err(format!("push: '{setting}' is not delay=D or drop=P%")),
                 }
             }

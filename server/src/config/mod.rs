@@ -373,15 +373,15 @@ impl Settings {
             path: path.to_owned(),
             source,
         })?;
-        Self::from_toml(&text).map_err(|message| ConfigError::Parse {
+        Self::from_toml(&text).map_err(|e| ConfigError::Parse {
             path: path.to_owned(),
-            message,
+            message: e.to_string(),
         })
     }
 
     /// Parses TOML text.
-    pub fn from_toml(text: &str) -> Result<Settings, String> {
-        toml::from_str(text).map_err(|e| e.to_string())
+    pub fn from_toml(text: &str) -> Result<Settings, toml::de::Error> {
+        toml::from_str(text)
     }
 }
 

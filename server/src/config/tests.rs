@@ -32,7 +32,9 @@ fn the_link_model_comes_from_flags_or_the_file() {
 
 #[test]
 fn unknown_keys_in_the_file_are_errors() {
-    let err = Settings::from_toml("http_prot = 1\n").unwrap_err();
+    let err = Settings::from_toml("http_prot = 1\n")
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("http_prot"), "{err}");
 }
 

@@ -34,7 +34,9 @@ mod spec;
 #[cfg(test)]
 mod tests;
 
-pub use spec::{parse_duration, parse_faults, InvalidLink, Link, LinkSpec};
+pub use spec::{
+    parse_duration, parse_faults, InvalidDuration, InvalidFaults, InvalidLink, Link, LinkSpec,
+};
 
 /// How many loss draws of each link [`LinkFaults::loss_patterns`] keeps.
 pub const PATTERN_DRAWS: usize = 256;

@@ -151,7 +151,7 @@ impl FromStr for LinkSpec {
             from: from.to_owned(),
             to: to.to_owned(),
             both,
-            link: parse_faults(faults).map_err(|why| bad(&why))?,
+            link: parse_faults(faults).map_err(|why| bad(&why.to_string()))?,
         })
     }
 }
@@ -163,8 +163,46 @@ impl fmt::Display for LinkSpec {
     }
 }
 
+/// Faults that cannot be read. The message continues a sentence that
+/// names the text: `'hz-sh=40' has '40' without a unit (us, ms or s)`.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum InvalidFaults {
+    /// A loss that is not a number.
+    #[error("has loss '{0}', not a number or a percentage")]
+    Loss(String),
+    /// A latency or jitter that is not a duration.
+    #[error(transparent)]
+    Duration(#[from] InvalidDuration),
+    /// Values that make no link.
+    #[error(transparent)]
+    Link(#[from] InvalidLink),
+}
+
+/// A duration that cannot be read. The message continues a sentence that
+/// names the text, as [`InvalidFaults`]' does.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum InvalidDuration {
+    /// A number alone.
+    #[error("has '{0}' without a unit (us, ms or s)")]
+    NoUnit(String),
+    /// A unit other than us, ms and s.
+    #[error("has unit '{unit}' in '{text}'; use us, ms or s")]
+    Unit {
+        /// The text.
+        text: String,
+        /// Its unit.
+        unit: String,
+    },
+    /// No number.
+    #[error("has '{0}', not a duration such as 40ms")]
+    Number(String),
+    /// Too long to hold.
+    #[error("has '{0}' out of range")]
+    Range(String),
+}
+
 /// Parses the faults part of a [`LinkSpec`].
-pub fn parse_faults(text: &str) -> Result<Link, String> {
+pub fn parse_faults(text: &str) -> Result<Link, InvalidFaults> {
     let mut link = Link::default();
     for part in text.split(',').map(str::trim) {
         match part {
@@ -176,7 +214,7 @@ pub fn parse_faults(text: &str) -> Result<Link, String> {
                     Some(percent) => percent.trim().parse::<f64>().map(|p| p / 100.0),
                     None => value.trim().parse::<f64>(),
                 }
-                .map_err(|_| format!("has loss '{value}', not a number or a percentage"))?;
+                .map_err(|_| InvalidFaults::Loss(value.to_owned()))?;
                 link.loss = loss;
             }
             _ => {
@@ -191,12 +229,12 @@ pub fn parse_faults(text: &str) -> Result<Link, String> {
             }
         }
     }
-    link.check().map_err(|e| e.to_string())?;
+    link.check()?;
     Ok(link)
 }
 
 /// Parses `250us`, `40ms`, `1.5s`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, InvalidDuration> {
     let text = text.trim();
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -206,11 +244,16 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "us" => 1e-6,
         "ms" => 1e-3,
         "s" => 1.0,
-        "" => return Err(format!("has '{text}' without a unit (us, ms or s)")),
-        other => return Err(format!("has unit '{other}' in '{text}'; use us, ms or s")),
+        "" => return Err(InvalidDuration::NoUnit(text.to_owned())),
+        other => {
+            return Err(InvalidDuration::Unit {
+                text: text.to_owned(),
+                unit: other.to_owned(),
+            })
+        }
     };
     let value: f64 = number
         .parse()
-        .map_err(|_| format!("has '{text}', not a duration such as 40ms"))?;
-    Duration::try_from_secs_f64(value * scale).map_err(|_| format!("has '{text}' out of range"))
+        .map_err(|_| InvalidDuration::Number(text.to_owned()))?;
+    Duration::try_from_secs_f64(value * scale).map_err(|_| InvalidDuration::Range(text.to_owned()))
 }

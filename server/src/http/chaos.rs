@@ -126,8 +126,8 @@ fn heal(p: &Params, state: &mut FaultState) -> Result<(), ApiError> {
 /// `apply-delay?dc=&delay=`.
 fn apply_delay(p: &Params, state: &mut FaultState) -> Result<(), ApiError> {
     let dc = p.required("dc")?.to_owned();
-    let delay =
-        parse_duration(p.required("delay")?).map_err(|why| ApiError::invalid("delay", why))?;
+    let delay = parse_duration(p.required("delay")?)
+        .map_err(|why| ApiError::invalid("delay", why.to_string()))?;
     state.apply_delays_ms.insert(dc, delay.as_millis() as u64);
     Ok(())
 }
@@ -137,12 +137,13 @@ fn push(p: &Params, state: &mut FaultState) -> Result<(), ApiError> {
     let dc = p.required("dc")?.to_owned();
     let mut fault = PushFault::default();
     if let Some(delay) = p.get("delay") {
-        fault.delay = parse_duration(delay).map_err(|why| ApiError::invalid("delay", why))?;
+        fault.delay =
+            parse_duration(delay).map_err(|why| ApiError::invalid("delay", why.to_string()))?;
     }
     if let Some(drop) = p.get("drop") {
         // The loss syntax, so `10%` and `0.1` both work.
         fault.drop = parse_faults(&format!("loss={drop}"))
-            .map_err(|why| ApiError::invalid("drop", why))?
+            .map_err(|why| ApiError::invalid("drop", why.to_string()))?
             .loss;
     }
     state.push_faults.insert(dc, fault);

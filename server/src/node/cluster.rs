@@ -4,11 +4,22 @@
 
 use super::Node;
 
+/// Why a compaction did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum CompactError {
+    /// Raft has stopped.
+    #[error("raft stopped: {0}")]
+    Stopped(#[from] openraft::error::Fatal<crate::raft::NodeId>),
+    /// The snapshot or the purge did not happen in time.
+    #[error(transparent)]
+    Wait(#[from] openraft::metrics::WaitError),
+}
+
 impl Node {
     /// Compacts this node's raft log now: a snapshot of everything
     /// applied, then the log purged up to it (raft also does this by
     /// itself every 5000 entries). Answers the index compacted to.
-    pub async fn compact(&self) -> Result<Option<u64>, String> {
+    pub async fn compact(&self) -> Result<Option<u64>, CompactError> {
         const WAIT: std::time::Duration = std::time::Duration::from_secs(30);
         let raft = self.raft();
         let Some(applied) = raft.metrics().borrow().last_applied else {
@@ -18,7 +29,7 @@ impl Node {
         // again until one covers everything applied.
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
-            raft.trigger().snapshot().await.map_err(|e| e.to_string())?;
+            raft.trigger().snapshot().await?;
             let built = raft
                 .wait(Some(std::time::Duration::from_secs(1)))
                 .metrics(
@@ -28,21 +39,17 @@ impl Node {
                 .await;
             match built {
                 Ok(_) => break,
-                Err(e) if tokio::time::Instant::now() >= deadline => return Err(e.to_string()),
+                Err(e) if tokio::time::Instant::now() >= deadline => return Err(e.into()),
                 Err(_) => {}
             }
         }
-        raft.trigger()
-            .purge_log(applied.index)
-            .await
-            .map_err(|e| e.to_string())?;
+        raft.trigger().purge_log(applied.index).await?;
         raft.wait(Some(WAIT))
             .metrics(
                 |m| m.purged.is_some_and(|p| p.index >= applied.index),
                 "the log is purged",
             )
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         Ok(Some(applied.index))
     }
 
@@ -157,7 +164,7 @@ impl Node {
                 {
                     Ok(AdminReply::Status(status)) => (Some(*status), None),
                     Ok(other) => (None, Some(format!("unexpected answer {other:?}"))),
-                    Err(e) => (None, Some(e)),
+                    Err(e) => (None, Some(e.to_string())),
                 }
             };
             crate::raft::NodeReport {
@@ -195,7 +202,7 @@ impl Node {
                     Ok(AdminReply::Faults(_)) => None,
                     Ok(AdminReply::Refused(why)) => Some((id, why)),
                     Ok(other) => Some((id, format!("unexpected answer {other:?}"))),
-                    Err(e) => Some((id, e)),
+                    Err(e) => Some((id, e.to_string())),
                 }
             }
         });

@@ -17,12 +17,11 @@ impl Network {
         member: &Member,
         request: &AdminRequest,
         timeout: Duration,
-    ) -> Result<AdminReply, String> {
+    ) -> Result<AdminReply, CallError> {
         let route = Some(peer::Route {
             from: self.shared.node_id,
             to: target,
         });
-        let failed = |e: CallError| e.to_string();
         match request {
             AdminRequest::Status => {
                 let request = self.request(peer::StatusRequest { route }, timeout);
@@ -30,12 +29,14 @@ impl Network {
                     .carry(target, member, timeout, false, |mut peer| async move {
                         peer.status(request).await
                     })
-                    .await
-                    .map_err(failed)?;
-                let status = reply.status.ok_or("an answer without a status")?;
+                    .await?;
+                let status = reply.status.ok_or(CallError::Incomplete("a status"))?;
                 let status = status
                     .try_into()
-                    .map_err(|e: super::convert::UnknownRole| e.to_string())?;
+                    .map_err(|e: super::convert::UnknownRole| CallError::Unknown {
+                        what: "role",
+                        value: e.0,
+                    })?;
                 Ok(AdminReply::Status(Box::new(status)))
             }
             AdminRequest::SetFaults(state) => {
@@ -45,8 +46,7 @@ impl Network {
                     .carry(target, member, timeout, false, |mut peer| async move {
                         peer.set_faults(request).await
                     })
-                    .await
-                    .map_err(failed)?;
+                    .await?;
                 match reply.outcome {
                     Some(peer::set_faults_reply::Outcome::Faults(faults)) => {
                         Ok(AdminReply::Faults(faults.into()))
@@ -54,7 +54,7 @@ impl Network {
                     Some(peer::set_faults_reply::Outcome::Refused(why)) => {
                         Ok(AdminReply::Refused(why))
                     }
-                    None => Err("an answer without an outcome".into()),
+                    None => Err(CallError::Incomplete("an outcome")),
                 }
             }
             AdminRequest::TakeOver => {
@@ -63,8 +63,7 @@ impl Network {
                     .carry(target, member, timeout, false, |mut peer| async move {
                         peer.take_over(request).await
                     })
-                    .await
-                    .map_err(failed)?;
+                    .await?;
                 Ok(if reply.refused.is_empty() {
                     AdminReply::TakingOver
                 } else {
@@ -76,8 +75,7 @@ impl Network {
                 self.carry(target, member, timeout, true, |mut peer| async move {
                     peer.ping(request).await
                 })
-                .await
-                .map_err(failed)?;
+                .await?;
                 Ok(AdminReply::Pong)
             }
         }
@@ -90,7 +88,7 @@ impl Network {
         target: NodeId,
         member: &Member,
         timeout: Duration,
-    ) -> Result<AdminReply, String> {
+    ) -> Result<AdminReply, CallError> {
         self.admin(target, member, &AdminRequest::Ping, timeout)
             .await
     }

@@ -62,7 +62,7 @@ impl From<Role> for peer::Role {
 /// A peer's answer that does not say what it should.
 #[derive(Debug, thiserror::Error)]
 #[error("a peer's status names no role it knows ({0})")]
-pub struct UnknownRole(i32);
+pub struct UnknownRole(pub(super) i32);
 
 impl TryFrom<peer::NodeStatus> for NodeStatus {
     type Error = UnknownRole;

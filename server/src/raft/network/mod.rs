@@ -274,17 +274,38 @@ impl fmt::Debug for Beats {
     }
 }
 
-/// Why a call got no answer payload.
+/// Why a call to a peer got no usable answer.
 #[derive(Debug, Error)]
-enum CallError {
+pub enum CallError {
+    /// The link model dropped or cut the call.
     #[error(transparent)]
     Link(#[from] LinkDown),
+    /// The peer's raft address is not one to call.
     #[error("bad raft address {addr:?}: {reason}")]
-    Address { addr: String, reason: String },
+    Address {
+        /// The address.
+        addr: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The peer did not answer in time.
     #[error("no answer within {0:?}")]
     TimedOut(Duration),
+    /// The peer answered with an error status.
     #[error("{}: {}", .0.code(), .0.message())]
     Status(Status),
+    /// The answer lacks a part it must have.
+    #[error("an answer without {0}")]
+    Incomplete(&'static str),
+    /// The answer names a value this node does not know (the peer runs
+    /// another version).
+    #[error("an answer with an unknown {what} {value}")]
+    Unknown {
+        /// What kind of value.
+        what: &'static str,
+        /// Its number on the wire.
+        value: i32,
+    },
 }
 
 impl Network {
@@ -317,7 +338,7 @@ impl Network {
         member: &Member,
         key: &LiveKey,
         timeout: Duration,
-    ) -> Result<BeatOutcome, String> {
+    ) -> Result<BeatOutcome, CallError> {
         let request = self.request(
             peer::BeatRequest::of(self.shared.node_id, target, key),
             timeout,
@@ -326,11 +347,13 @@ impl Network {
             .carry(target, member, timeout, true, |mut peer| async move {
                 peer.beat(request).await
             })
-            .await
-            .map_err(|e| e.to_string())?;
-        let outcome = peer::BeatOutcome::try_from(reply.outcome)
-            .map_err(|_| format!("an unknown beat outcome {}", reply.outcome))?;
-        BeatOutcome::try_from(outcome).map_err(|e| e.to_string())
+            .await?;
+        let unknown = || CallError::Unknown {
+            what: "beat outcome",
+            value: reply.outcome,
+        };
+        let outcome = peer::BeatOutcome::try_from(reply.outcome).map_err(|_| unknown())?;
+        BeatOutcome::try_from(outcome).map_err(|_| unknown())
     }
 
     /// Sets how this node answers admin requests (once).
