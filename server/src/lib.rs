@@ -1,27 +1,35 @@
-//! understudy-server: the understudy registry node, as a library and the
-//! `understudy` binary.
+//! understudy-server: one understudy registry node, as a library (the
+//! `understudy` binary is the `cli/` package).
 //!
-//! Component map:
-//! - `config`: flags, environment and TOML file layered and validated into
-//!   a [`ValidConfig`];
-//! - `auth`: users, login and signed tokens (off by default);
-//! - `clock`: epoch milliseconds on tokio's clock;
-//! - `node`: a running [`Node`]: applied state, the [`Propose`] write seam
-//!   that the raft layer will take over, and its background tasks;
-//! - `writer`: the single-node writer with urgent and normal queues;
-//! - `sweeper`: the liveness task, asleep until the next deadline;
-//! - `probe`: TCP and HTTP health checks of persistent instances;
-//! - `ownership`: owners across nodes: members the leader lost, and
-//!   connection owners this node no longer holds;
-//! - `http`: the Nacos HTTP Open API, console, operator and probe
-//!   endpoints, and `/metrics`;
-//! - `grpc`: the Nacos 2.x gRPC API: connections, naming requests, pushes;
-//! - `push`: subscriptions and the subscribe-then-snapshot push state;
-//! - `udp`: legacy UDP pushes to v1 HTTP clients;
-//! - `tls`: TLS on the HTTP, gRPC and raft ports;
-//! - `metrics`: the process-wide Prometheus recorder;
-//! - `ctl`: the `understudy ctl` admin commands (export, import), HTTP
-//!   calls to a running node;
+//! Component map, in the order a node is put together
+//! (`docs/architecture.md` walks a registration and a watch through it):
+//! - `cli`, `config`: the command line, and the settings layered from
+//!   flags, environment and TOML file, validated into a [`ValidConfig`]
+//!   tree of per-concern groups;
+//! - `clock`: the node's [`Clock`] (epoch milliseconds on tokio's clock,
+//!   and the wall clock for stamps compared across nodes);
+//! - `member`, `faults`: node ids and members; the link model (latency,
+//!   jitter, loss, cuts between DCs, pauses, apply delays, push faults);
+//! - `state`, `write`: the applied state (registry, liveness, subscription
+//!   hubs) and the [`Propose`] write seam;
+//! - `raft`: the log store and state machine, the replicated writer behind
+//!   the seam, the transport and the peer service, the commit relay, the
+//!   election gate and ticks;
+//! - `view`: read-view lag and apply delays;
+//! - `wiring`, `node`: the one place a node is assembled, and the [`Node`]
+//!   facade adapters hold (with its cluster operations);
+//! - `sweeper`, `probe`, `ownership`: background tasks: liveness
+//!   deadlines, health checks of persistent instances, owners across nodes;
+//! - `push`, `udp`: subscriptions and the subscribe-then-snapshot push
+//!   state; legacy UDP pushes to v1 HTTP clients;
+//! - `http`, `grpc`: the adapters: the Nacos HTTP Open API, console,
+//!   operator, chaos and probe endpoints and `/metrics`; the Nacos gRPC
+//!   API and the native `understudy.v1` API;
+//! - `admission`, `auth`, `tls`, `metrics`: connection caps and request
+//!   admission, users and signed tokens, TLS on every port, the
+//!   Prometheus recorder;
+//! - `ctl`, `sim`: `understudy ctl` (HTTP calls to a running node) and a
+//!   whole multi-DC cluster in one process;
 //! - `fuzzing`: entry points that feed untrusted bytes through the
 //!   decoders, for the fuzz targets in `fuzz/` and their regression tests.
 //!

@@ -1,6 +1,6 @@
 //! How fresh a node's read view is. Every log entry carries the wall-clock
 //! time its proposer stamped it with; the leader appends an empty, stamped
-//! tick entry every tick interval ([`run_ticks`]), so freshness means
+//! tick entry every tick interval (`raft::ticks::run_ticks`), so freshness means
 //! something on an idle cluster too. A node's view lag is now minus the
 //! newest stamp it has applied; on a caught-up node it stays below one
 //! tick interval plus the link latency. Each applied registration also

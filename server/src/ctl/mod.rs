@@ -547,7 +547,7 @@ pub async fn import(args: &ImportArgs) -> Result<String, CtlError> {
 }
 
 /// Asks the node whether it is ready (`GET /ready`); returns its answer.
-/// Anything but a 2xx within [`HEALTH_TIMEOUT`] is an error.
+/// Anything but a 2xx within `HEALTH_TIMEOUT` (5 s) is an error.
 pub async fn health(target: &Target) -> Result<String, CtlError> {
     let node = Node::connect(target).await?;
     let url = node.url("/ready");
