@@ -168,28 +168,30 @@ impl ClientBuilder {
                 .count(),
             None => 0,
         };
-        Ok(Client {
-            inner: Arc::new(Inner {
-                endpoints,
-                home,
-                probe_min,
-                probe_max,
-                started_ms: wall_ms(),
-                backoff_min: min,
-                backoff_max: max,
-                jitter: std::sync::Mutex::new(match self.seed {
-                    Some(seed) => rand::SeedableRng::seed_from_u64(seed),
-                    None => rand::SeedableRng::from_rng(&mut rand::rng()),
-                }),
-                connect_timeout: self.connect_timeout.unwrap_or(Duration::from_secs(3)),
-                empty_protection: self.empty_protection,
-                keepalive: self.keepalive.unwrap_or(Duration::from_secs(2)),
-                cache_dir: self.cache_dir,
-                cancel: CancellationToken::new(),
-                tasks: TaskTracker::new(),
-                credentials: self.credentials,
-                token: tokio::sync::Mutex::new(None),
+        let inner = Arc::new(Inner {
+            endpoints,
+            home,
+            probe_min,
+            probe_max,
+            started_ms: wall_ms(),
+            backoff_min: min,
+            backoff_max: max,
+            jitter: std::sync::Mutex::new(match self.seed {
+                Some(seed) => rand::SeedableRng::seed_from_u64(seed),
+                None => rand::SeedableRng::from_rng(&mut rand::rng()),
             }),
+            connect_timeout: self.connect_timeout.unwrap_or(Duration::from_secs(3)),
+            empty_protection: self.empty_protection,
+            keepalive: self.keepalive.unwrap_or(Duration::from_secs(2)),
+            cache_dir: self.cache_dir,
+            cancel: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+            credentials: self.credentials,
+            token: tokio::sync::Mutex::new(None),
+        });
+        Ok(Client {
+            _stop: Arc::new(inner.cancel.clone().drop_guard()),
+            inner,
             session: Arc::default(),
         })
     }
@@ -200,6 +202,9 @@ impl ClientBuilder {
 #[derive(Debug, Clone)]
 pub struct Client {
     pub(crate) inner: Arc<Inner>,
+    /// Cancels every task when the last handle goes, even while a task
+    /// holds `inner` (an open watch does).
+    _stop: Arc<tokio_util::sync::DropGuard>,
     /// The provider session, started on first use.
     session: Arc<std::sync::Mutex<Option<tokio::sync::mpsc::Sender<crate::session::Request>>>>,
 }

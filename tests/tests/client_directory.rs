@@ -62,6 +62,38 @@ async fn a_directory_follows_its_service_and_applies_explicit_deregistrations() 
     Ok(())
 }
 
+/// Dropping the last handle on a client stops its tasks, an open watch
+/// among them, though a directory it made is still held. The client runs
+/// on a runtime of its own, whose live tasks are counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_last_client_handle_ends_its_open_watch() -> anyhow::Result<()> {
+    let server = Server::start(Settings::default()).await?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let (client, directory) = {
+        let _entered = runtime.enter();
+        let client = client(&server, EmptyProtection::UnlessDeregistered);
+        let directory = client.directory(key("dropped"));
+        (client, directory)
+    };
+    tokio::time::timeout(Duration::from_secs(5), directory.wait_until_ready()).await??;
+    let alive = || runtime.metrics().num_alive_tasks();
+    assert!(alive() > 0, "the watch runs on the client's runtime");
+    drop(client);
+    let ended = eventually(Duration::from_secs(5), || async { alive() == 0 }).await;
+    assert!(
+        ended,
+        "{} of the client's tasks still run after its last handle was dropped",
+        alive()
+    );
+    drop(directory);
+    runtime.shutdown_background();
+    server.stop().await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_push_protection_keeps_the_list_when_the_last_provider_vanishes() -> anyhow::Result<()>
 {
