@@ -121,7 +121,9 @@ impl Node {
             machine,
         )
         .await?;
-        crate::raft::relay::start(raft.clone(), network.clone(), log, tasks, cancel.clone());
+        if config.cluster.workarounds.commit_relay {
+            crate::raft::relay::start(raft.clone(), network.clone(), log, tasks, cancel.clone());
+        }
         let writer = crate::raft::writer::RaftWriter::start(
             raft.clone(),
             waiters,
@@ -173,14 +175,16 @@ impl Node {
             tasks.clone(),
             cancel.clone(),
         ));
-        tasks.spawn(crate::raft::gate::run(
-            raft.clone(),
-            network.clone(),
-            config.cluster.heartbeat,
-            config.cluster.election_timeout,
-            tasks.clone(),
-            cancel.clone(),
-        ));
+        if config.cluster.workarounds.election_gate {
+            tasks.spawn(crate::raft::gate::run(
+                raft.clone(),
+                network.clone(),
+                config.cluster.heartbeat,
+                config.cluster.election_timeout,
+                tasks.clone(),
+                cancel.clone(),
+            ));
+        }
         tasks.spawn(crate::raft::ticks::track_dcs(
             raft.clone(),
             faults,

@@ -32,6 +32,9 @@ pub struct ClusterConfig {
     /// How long a node cut off from the majority keeps its gRPC clients
     /// before sending them elsewhere.
     pub quorum_loss_reset: Duration,
+    /// The openraft work-arounds; not a setting (always on), so that only
+    /// a test can turn one off.
+    pub workarounds: crate::raft::Workarounds,
 }
 
 impl ClusterConfig {
@@ -47,6 +50,7 @@ impl ClusterConfig {
             election_timeout: Duration::from_secs(1),
             owner_grace: Duration::from_secs(20),
             quorum_loss_reset: Duration::from_secs(10),
+            workarounds: crate::raft::Workarounds::default(),
         }
     }
 
@@ -133,6 +137,7 @@ impl ClusterConfig {
             election_timeout,
             owner_grace,
             quorum_loss_reset,
+            workarounds: d.workarounds,
         })
     }
 
