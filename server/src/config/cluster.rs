@@ -34,7 +34,7 @@ pub struct ClusterConfig {
     pub quorum_loss_reset: Duration,
     /// The openraft work-arounds; not a setting (always on), so that only
     /// a test can turn one off.
-    pub workarounds: crate::raft::Workarounds,
+    pub workarounds: Workarounds,
 }
 
 impl ClusterConfig {
@@ -50,7 +50,7 @@ impl ClusterConfig {
             election_timeout: Duration::from_secs(1),
             owner_grace: Duration::from_secs(20),
             quorum_loss_reset: Duration::from_secs(10),
-            workarounds: crate::raft::Workarounds::default(),
+            workarounds: Workarounds::default(),
         }
     }
 
@@ -193,4 +193,31 @@ fn parse_peer(text: &str, own_id: u64) -> Result<(u64, Member), ConfigError> {
             dc: dc.to_owned(),
         },
     ))
+}
+
+/// The work-arounds for what openraft 0.9 lacks, each on unless a test
+/// turns it off to see what it buys:
+/// - `election_gate` (`raft/gate.rs`): raft's pre-vote. A node that cannot
+///   reach a majority of the voters does not campaign, so it does not
+///   raise its term while cut off and depose a working leader when the
+///   partition heals.
+/// - `commit_relay` (`raft/relay.rs`): pipelined delivery of committed entries.
+///   openraft keeps one append in flight per follower and tells it what is
+///   committed only in the next one, so over a slow link a follower's view
+///   would trail by two to three one-way latencies instead of one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Workarounds {
+    /// Whether the election gate runs.
+    pub election_gate: bool,
+    /// Whether the commit relay runs.
+    pub commit_relay: bool,
+}
+
+impl Default for Workarounds {
+    fn default() -> Self {
+        Self {
+            election_gate: true,
+            commit_relay: true,
+        }
+    }
 }

@@ -22,7 +22,7 @@ mod security;
 mod tests;
 mod valid;
 
-pub use cluster::ClusterConfig;
+pub use cluster::{ClusterConfig, Workarounds};
 pub use groups::{
     AdmissionConfig, ChaosConfig, Check, GrpcConfig, HttpConfig, ProbeConfig, WriteConfig,
 };

@@ -180,33 +180,6 @@ impl MembershipError {
     }
 }
 
-/// The work-arounds for what openraft 0.9 lacks, each on unless a test
-/// turns it off to see what it buys:
-/// - `election_gate` (`gate.rs`): raft's pre-vote. A node that cannot
-///   reach a majority of the voters does not campaign, so it does not
-///   raise its term while cut off and depose a working leader when the
-///   partition heals.
-/// - `commit_relay` (`relay.rs`): pipelined delivery of committed entries.
-///   openraft keeps one append in flight per follower and tells it what is
-///   committed only in the next one, so over a slow link a follower's view
-///   would trail by two to three one-way latencies instead of one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Workarounds {
-    /// Whether the election gate runs.
-    pub election_gate: bool,
-    /// Whether the commit relay runs.
-    pub commit_relay: bool,
-}
-
-impl Default for Workarounds {
-    fn default() -> Self {
-        Self {
-            election_gate: true,
-            commit_relay: true,
-        }
-    }
-}
-
 /// Raft's settings from the cluster config.
 pub fn raft_config(cluster: &crate::config::ClusterConfig) -> openraft::Config {
     openraft::Config {
