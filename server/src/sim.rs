@@ -133,12 +133,9 @@ impl SimSpec {
         }
         let mut apply_delays = BTreeMap::new();
         for text in &args.apply_delays {
-            let (dc, delay) = text
-                .split_once('=')
-                .ok_or_else(|| invalid("apply-delay", format!("'{text}' is not DC=DELAY")))?;
-            let delay = crate::faults::parse_duration(delay)
-                .map_err(|why| invalid("apply-delay", format!("'{text}' {why}")))?;
-            apply_delays.insert(dc.trim().to_owned(), delay);
+            let (dc, delay) = crate::faults::parse_apply_delay(text)
+                .map_err(|e| invalid("apply-delay", e.to_string()))?;
+            apply_delays.insert(dc, delay);
         }
         let heartbeat = args
             .raft_heartbeat_ms

@@ -303,12 +303,9 @@ impl ChaosConfig {
             .flatten()
             .filter(|l| !l.trim().is_empty())
         {
-            let (dc, delay) = text
-                .split_once('=')
-                .ok_or_else(|| invalid("apply_delay", format!("'{text}' is not DC=DELAY")))?;
-            let delay = crate::faults::parse_duration(delay)
-                .map_err(|why| invalid("apply_delay", format!("'{text}' {why}")))?;
-            apply_delays.insert(dc.trim().to_owned(), delay);
+            let (dc, delay) = crate::faults::parse_apply_delay(text)
+                .map_err(|e| invalid("apply_delay", e.to_string()))?;
+            apply_delays.insert(dc, delay);
         }
         let tick = s.tick_ms.map_or(d.tick, Duration::from_millis);
         if !(Duration::from_millis(10)..=Duration::from_secs(60)).contains(&tick) {

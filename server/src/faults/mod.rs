@@ -35,7 +35,8 @@ mod spec;
 mod tests;
 
 pub use spec::{
-    parse_duration, parse_faults, InvalidDuration, InvalidFaults, InvalidLink, Link, LinkSpec,
+    parse_apply_delay, parse_duration, parse_faults, InvalidApplyDelay, InvalidDuration,
+    InvalidFaults, InvalidLink, Link, LinkSpec,
 };
 
 /// How many loss draws of each link [`LinkFaults::loss_patterns`] keeps.

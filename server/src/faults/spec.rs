@@ -233,6 +233,35 @@ pub fn parse_faults(text: &str) -> Result<Link, InvalidFaults> {
     Ok(link)
 }
 
+/// A DC's apply delay that cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum InvalidApplyDelay {
+    /// Not `DC=DELAY`.
+    #[error("'{0}' is not DC=DELAY")]
+    Syntax(String),
+    /// The delay is not a duration.
+    #[error("'{text}' {why}")]
+    Delay {
+        /// The text given.
+        text: String,
+        /// What is wrong with its delay.
+        why: InvalidDuration,
+    },
+}
+
+/// Parses `DC=DELAY`, such as `sh=500ms`: committed entries reach that
+/// DC's read view this late.
+pub fn parse_apply_delay(text: &str) -> Result<(String, Duration), InvalidApplyDelay> {
+    let (dc, delay) = text
+        .split_once('=')
+        .ok_or_else(|| InvalidApplyDelay::Syntax(text.to_owned()))?;
+    let delay = parse_duration(delay).map_err(|why| InvalidApplyDelay::Delay {
+        text: text.to_owned(),
+        why,
+    })?;
+    Ok((dc.trim().to_owned(), delay))
+}
+
 /// Parses `250us`, `40ms`, `1.5s`.
 pub fn parse_duration(text: &str) -> Result<Duration, InvalidDuration> {
     let text = text.trim();
