@@ -201,6 +201,18 @@ pub enum Op {
         /// The node.
         node: u64,
     },
+    /// Remove metadata keys from an existing instance, and from what
+    /// operators laid over it (the opposite of an [`Op::UpdateInstance`]
+    /// that sets them). Variants are only ever added at the end: the raft
+    /// log holds them by position.
+    RemoveInstanceMetadata {
+        /// The service.
+        service: ServiceKey,
+        /// The instance.
+        key: InstanceKey,
+        /// The metadata keys to remove.
+        keys: Vec<String>,
+    },
 }
 
 impl Op {

@@ -19,6 +19,7 @@
 
 pub mod backup;
 pub mod nacos;
+pub mod nacos3;
 pub mod nacos_rpc;
 mod native_conv;
 mod peer_conv;

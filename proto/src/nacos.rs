@@ -572,6 +572,11 @@ pub enum ErrorCode {
     NamespaceNotExist,
     NamespaceAlreadyExist,
     ServerError,
+    /// An endpoint switched off for Nacos 3 compatibility (HTTP 410).
+    ApiDeprecated,
+    /// A function this server does not offer (understudy answers it with
+    /// HTTP 501).
+    ApiFunctionDisabled,
 }
 
 impl ErrorCode {
@@ -595,6 +600,8 @@ impl ErrorCode {
             ErrorCode::NamespaceNotExist => 22001,
             ErrorCode::NamespaceAlreadyExist => 22002,
             ErrorCode::ServerError => 30000,
+            ErrorCode::ApiDeprecated => 40000,
+            ErrorCode::ApiFunctionDisabled => 40001,
         }
     }
 
@@ -618,6 +625,8 @@ impl ErrorCode {
             ErrorCode::NamespaceNotExist => "namespace not exist",
             ErrorCode::NamespaceAlreadyExist => "namespace already exist",
             ErrorCode::ServerError => "server error",
+            ErrorCode::ApiDeprecated => "API deprecated.",
+            ErrorCode::ApiFunctionDisabled => "API function disabled.",
         }
     }
 }

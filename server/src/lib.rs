@@ -162,6 +162,7 @@ pub async fn serve(
         Some(raft) => wiring::start_member(config, raft, faults, &tasks, cancel.clone()).await?,
     };
     let address = listeners.http.local_addr()?;
+    node.serving_http_on(address);
     let grpc_address = listeners.grpc.local_addr()?;
     tracing::info!(http = %address, grpc = %grpc_address, node = node.config().node_id, dc = %node.config().dc, "serving the Nacos HTTP and gRPC APIs");
 

@@ -182,6 +182,40 @@ async fn http_calls_need_a_token_and_admin_calls_an_admin() -> anyhow::Result<()
     .await;
     assert_eq!(status, 200, "reading namespaces needs any user");
     assert!(body.contains("\"dev\""), "{body}");
+
+    // Nacos 3: the admin plane needs a token (refused in its envelope),
+    // the core plane's writes an admin; its state probes stay open.
+    let v3_list = server.url("/nacos/v3/admin/ns/instance/list?serviceName=orders");
+    let (status, body) = status_and_text(http.get(&v3_list)).await;
+    assert_eq!(status, 403);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body)?["code"],
+        10001,
+        "{body}"
+    );
+    assert_eq!(
+        status_and_text(http.get(&v3_list).bearer_auth(&app))
+            .await
+            .0,
+        200
+    );
+    let v3_namespace = |token: &str| {
+        http.post(server.url("/nacos/v3/admin/core/namespace"))
+            .bearer_auth(token)
+            .form(&[("namespaceId", "qa"), ("namespaceName", "qa")])
+    };
+    assert_eq!(status_and_text(v3_namespace(&app)).await.0, 403);
+    assert_eq!(status_and_text(v3_namespace(&admin)).await.0, 200);
+    for open in [
+        "/nacos/v3/admin/core/state",
+        "/nacos/v3/admin/core/state/liveness",
+    ] {
+        assert_eq!(
+            status_and_text(http.get(server.url(open))).await.0,
+            200,
+            "{open}"
+        );
+    }
     server.stop().await?;
     Ok(())
 }

@@ -363,10 +363,23 @@ impl Registry {
 
     /// How many config items a namespace holds.
     pub fn config_count(&self, namespace: &NamespaceId) -> usize {
+        self.configs_in(namespace).count()
+    }
+
+    /// The config items of a namespace, by group and data id.
+    pub fn configs_in<'a>(
+        &'a self,
+        namespace: &NamespaceId,
+    ) -> impl Iterator<Item = (&'a ConfigKey, &'a Arc<ConfigItem>)> + 'a {
+        let namespace = namespace.clone();
+        let from = ConfigKey {
+            namespace: namespace.clone(),
+            group: String::new(),
+            data_id: String::new(),
+        };
         self.configs
-            .keys()
-            .filter(|k| k.namespace == *namespace)
-            .count()
+            .range(from..)
+            .take_while(move |(k, _)| k.namespace == namespace)
     }
 
     /// The connection owners held by node `node` that own instances.
@@ -530,6 +543,9 @@ impl Registry {
                 healthy,
                 source,
             } => self.set_health(&mut tx, service, key, *healthy, source)?,
+            Op::RemoveInstanceMetadata { service, key, keys } => {
+                self.remove_instance_metadata(&mut tx, service, key, keys)?
+            }
             Op::Expire {
                 service,
                 key,

@@ -302,6 +302,43 @@ impl Registry {
         Ok(())
     }
 
+    pub(super) fn remove_instance_metadata(
+        &mut self,
+        tx: &mut Tx,
+        key: &ServiceKey,
+        ikey: &InstanceKey,
+        keys: &[String],
+    ) -> Result<(), Error> {
+        if self.existing_service(key)?.instance(ikey).is_none() {
+            return Err(instance_not_found(key, ikey));
+        }
+        let zone_key = self.options.zone_key.clone();
+        let service = self.service_mut(key).expect("checked above");
+        if let Some(metadata) = service
+            .overlays
+            .get_mut(ikey)
+            .and_then(|o| o.metadata.as_mut())
+        {
+            for k in keys {
+                metadata.remove(k);
+            }
+        }
+        let instance = service.instances.get_mut(ikey).expect("checked above");
+        if keys.iter().any(|k| instance.metadata.contains_key(k)) {
+            let mut patched = Instance::clone(instance);
+            for k in keys {
+                patched.metadata.remove(k);
+            }
+            patched.zone = patched.zone_under(&zone_key);
+            *instance = Arc::new(patched);
+            tx.events.push(Event::InstanceChanged {
+                service: key.clone(),
+                instance: instance.clone(),
+            });
+        }
+        Ok(())
+    }
+
     pub(super) fn set_health(
         &mut self,
         tx: &mut Tx,

@@ -27,24 +27,38 @@ const LINE: char = '\u{1}';
 /// Most records in one listener request, as Nacos.
 const MAX_RECORDS: usize = 10_000;
 
-/// Which parameter names the namespace: v1 `tenant`, v2 `namespaceId`.
+/// Which parameters name the namespace and the group: v1 `tenant` and
+/// `group`, v2 `namespaceId` and `group`, v3 `namespaceId` and
+/// `groupName`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Api {
     V1,
     V2,
+    V3,
 }
 
 pub(crate) fn key(p: &Params, api: Api) -> Result<ConfigKey, ApiError> {
     let data_id = p.required("dataId")?;
-    let group = p.required("group")?;
+    let group_field = match api {
+        Api::V3 => "groupName",
+        Api::V1 | Api::V2 => "group",
+    };
+    let group = p.required(group_field)?;
     let tenant = match api {
         Api::V1 => p.raw("tenant"),
-        Api::V2 => p.raw("namespaceId"),
+        Api::V2 | Api::V3 => p.raw("namespaceId"),
     };
-    Ok(ConfigKey::parse(tenant.unwrap_or(""), group, data_id)?)
+    ConfigKey::parse(tenant.unwrap_or(""), group, data_id).map_err(|e| match e {
+        // The core names the group by its v1/v2 parameter.
+        understudy_core::Error::Invalid {
+            field: "group",
+            reason,
+        } => ApiError::invalid(group_field, reason),
+        other => other.into(),
+    })
 }
 
-fn content_type(kind: &str) -> &'static str {
+pub(crate) fn content_type(kind: &str) -> &'static str {
     match kind {
         "json" => "application/json;charset=UTF-8",
         "xml" => "application/xml;charset=UTF-8",
@@ -94,7 +108,12 @@ pub(crate) async fn get_v2(State(node): State<Node>, params: Input) -> Response 
     }
 }
 
-async fn publish(node: &Node, p: &Params, headers: &HeaderMap, api: Api) -> Result<(), ApiError> {
+pub(crate) async fn publish(
+    node: &Node,
+    p: &Params,
+    headers: &HeaderMap,
+    api: Api,
+) -> Result<(), ApiError> {
     let key = key(p, api)?;
     let content = p
         .raw("content")
@@ -126,7 +145,7 @@ async fn publish(node: &Node, p: &Params, headers: &HeaderMap, api: Api) -> Resu
     Ok(())
 }
 
-async fn remove(node: &Node, p: &Params, api: Api) -> Result<(), ApiError> {
+pub(crate) async fn remove(node: &Node, p: &Params, api: Api) -> Result<(), ApiError> {
     let key = key(p, api)?;
     node.propose(Op::RemoveConfig { key }).await?;
     Ok(())

@@ -107,6 +107,17 @@ impl ApiError {
         )
     }
 
+    /// An endpoint understudy does not serve; `instead` says what it does
+    /// instead.
+    pub(crate) fn not_implemented(instead: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::NOT_IMPLEMENTED,
+            ErrorCode::ApiFunctionDisabled,
+            None,
+            instead.into(),
+        )
+    }
+
     /// Something asked for does not exist.
     pub(crate) fn not_found(code: ErrorCode, message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, code, None, message.into())
@@ -132,6 +143,13 @@ impl ApiError {
         }
     }
 
+    /// The same error answered with another HTTP status (Nacos answers
+    /// some refusals with 200 and the code in the body).
+    pub(crate) fn with_status(mut self, status: StatusCode) -> Self {
+        self.status = status;
+        self
+    }
+
     /// The field it names, if any.
     pub(crate) fn field(&self) -> Option<&str> {
         self.field.as_deref()
@@ -152,13 +170,25 @@ impl ApiError {
         (self.status, plain(self.message)).into_response()
     }
 
-    /// Renders as a v2 `Result` envelope.
+    /// Renders as the `Result` envelope of v2 and v3. A missing parameter
+    /// reads as Nacos writes it there.
     pub(crate) fn v2(self) -> Response {
         self.log();
+        let data = match (&self.code, &self.field) {
+            (ErrorCode::ParameterMissing, Some(field)) => {
+                let kind = match field.as_ref() {
+                    "port" | "pageNo" | "pageSize" | "checkPort" => "Integer",
+                    "healthy" | "useInstancePort4Check" => "Boolean",
+                    _ => "String",
+                };
+                format!("Required parameter '{field}' type {kind} is not present")
+            }
+            _ => self.message,
+        };
         let body = NacosResult {
             code: self.code.code(),
             message: self.code.message().to_owned(),
-            data: self.message,
+            data,
         };
         (self.status, Json(body)).into_response()
     }

@@ -1,11 +1,12 @@
 //! Who may call which HTTP endpoint. Every request passes here before its
 //! handler:
-//! - open: login, probes, metrics, the console's page, script and style
-//!   (its data needs a login when auth is on);
+//! - open: login, probes (Nacos 3's `/v3/admin/core/state*` too),
+//!   metrics, the console's page, script and style (its data needs a
+//!   login when auth is on);
 //! - user: the Nacos naming, config and console data, and the read-only
 //!   cluster status, when auth is on (any valid token);
-//! - manage: namespace writes and switch changes, when auth is on (an
-//!   admin's token);
+//! - manage: namespace writes, switch changes and the Nacos 3 core
+//!   plane's writes, when auth is on (an admin's token);
 //! - admin: membership, chaos, export, import, compaction: an admin's
 //!   token when auth is on; open with auth off, unless a cluster secret
 //!   is set.
@@ -57,6 +58,9 @@ fn access(method: &Method, path: &str) -> Access {
                 | "/nacos/v1/ns/operator/metrics"
                 | "/nacos/v1/ns/ops/metrics"
                 | "/nacos/v2/ns/operator/metrics"
+                | "/nacos/v3/admin/core/state"
+                | "/nacos/v3/admin/core/state/liveness"
+                | "/nacos/v3/admin/core/state/readiness"
         );
     if open {
         return Access::Open;
@@ -72,6 +76,7 @@ fn access(method: &Method, path: &str) -> Access {
     }
     let managed = path.starts_with("/nacos/v1/console/namespaces")
         || path.starts_with("/nacos/v2/console/namespace")
+        || path.starts_with("/nacos/v3/admin/core/")
         || path.ends_with("/operator/switches")
         || path.ends_with("/ops/switches");
     if managed && !read {
@@ -117,7 +122,8 @@ pub(crate) async fn guard(State(node): State<Node>, request: Request, next: Next
             }
         }
     };
-    if path.starts_with("/nacos/v2/") || path.starts_with("/understudy/") {
+    let enveloped = ["/nacos/v2/", "/nacos/v3/", "/understudy/"];
+    if enveloped.iter().any(|prefix| path.starts_with(prefix)) {
         ApiError::denied(refusal).v2()
     } else {
         (StatusCode::FORBIDDEN, plain(refusal)).into_response()

@@ -1,8 +1,8 @@
 //! The HTTP adapter on the main port: the Nacos naming and config Open API
-//! (v1, v2),
-//! console and operator endpoints, native probes and `/metrics`. It owns
-//! routing, the body limit, request metrics and the fallbacks; handlers
-//! live in `naming` and `ops`, errors are rendered in `error`.
+//! (v1, v2), the Nacos 3 client and admin planes (`v3`), console and
+//! operator endpoints, native probes and `/metrics`. It owns routing, the
+//! body limit, request metrics and the fallbacks; handlers live in
+//! `naming`, `config`, `ops` and `v3`, errors are rendered in `error`.
 
 mod backup;
 mod chaos;
@@ -14,6 +14,7 @@ pub(crate) mod naming;
 pub(crate) mod ops;
 pub(crate) mod params;
 mod scrape;
+mod v3;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -187,6 +188,7 @@ pub fn router(node: Node) -> Router {
         .route("/ready", get(ops::ready))
         .route("/metrics", get(ops::metrics))
         .route("/nacos/actuator/prometheus", get(ops::metrics))
+        .merge(v3::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(node_for_shed, shed))
@@ -230,7 +232,8 @@ async fn shed(
         Ok(_slot) => next.run(request).await,
         Err(busy) => {
             let error = error::ApiError::unavailable(busy.to_string());
-            let mut response = if request.uri().path().starts_with("/nacos/v2/") {
+            let path = request.uri().path();
+            let mut response = if path.starts_with("/nacos/v2/") || path.starts_with("/nacos/v3/") {
                 error.v2()
             } else {
                 error.v1()
@@ -253,6 +256,9 @@ fn takes_a_slot(method: &axum::http::Method, path: &str) -> bool {
         "/nacos/v2/ns/",
         "/nacos/v1/cs/",
         "/nacos/v2/cs/",
+        "/nacos/v3/client/",
+        "/nacos/v3/admin/ns/",
+        "/nacos/v3/admin/cs/",
     ]
     .iter()
     .any(|prefix| path.starts_with(prefix));

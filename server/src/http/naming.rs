@@ -135,7 +135,7 @@ pub(crate) async fn service_detail_v2(State(node): State<Node>, params: Input) -
     )
 }
 
-fn existing_service(
+pub(crate) fn existing_service(
     node: &Node,
     p: &Params,
     api: Api,
@@ -189,14 +189,14 @@ fn owner_of(spec_ip: &str, port: u16, ephemeral: bool) -> Owner {
     }
 }
 
-async fn register(node: &Node, p: &Params, api: Api) -> Result<(), ApiError> {
+pub(crate) async fn register(node: &Node, p: &Params, api: Api) -> Result<(), ApiError> {
     let service = p.service_key(api)?;
     let spec = p.instance_spec()?;
     let ephemeral = p.flag("ephemeral", true);
     register_spec(node, service, spec, ephemeral).await
 }
 
-async fn register_spec(
+pub(crate) async fn register_spec(
     node: &Node,
     service: understudy_core::ServiceKey,
     spec: InstanceSpec,
@@ -220,7 +220,7 @@ async fn register_spec(
     Ok(())
 }
 
-async fn deregister(node: &Node, p: &Params, api: Api) -> Result<(), ApiError> {
+pub(crate) async fn deregister(node: &Node, p: &Params, api: Api) -> Result<(), ApiError> {
     let service = p.service_key(api)?;
     let ip = p.required("ip")?;
     let port = p.port()?;
@@ -252,11 +252,11 @@ pub(crate) fn instance_key(p: &Params) -> Result<InstanceKey, ApiError> {
     })
 }
 
-async fn update(node: &Node, p: &Params, api: Api) -> Result<(), ApiError> {
+pub(crate) async fn update(node: &Node, p: &Params, api: Api) -> Result<(), ApiError> {
     update_instance(node, p, api, UpdateMode::Overlay).await
 }
 
-async fn update_instance(
+pub(crate) async fn update_instance(
     node: &Node,
     p: &Params,
     api: Api,
@@ -275,7 +275,7 @@ async fn update_instance(
     Ok(())
 }
 
-fn detail(node: &Node, p: &Params, api: Api) -> Result<InstanceDetailV1, ApiError> {
+pub(crate) fn detail(node: &Node, p: &Params, api: Api) -> Result<InstanceDetailV1, ApiError> {
     let service_key = p.service_key(api)?;
     let key = instance_key(p)?;
     let registry = node.registry();
@@ -293,7 +293,7 @@ fn detail(node: &Node, p: &Params, api: Api) -> Result<InstanceDetailV1, ApiErro
 
 /// Lists a service. A v1 caller that gives a `udpPort` becomes a UDP
 /// subscriber at its own address (`peer`) and that port.
-fn list(
+pub(crate) fn list(
     node: &Node,
     p: &Params,
     api: Api,
@@ -371,40 +371,50 @@ async fn beat(node: &Node, p: &Params) -> Result<BeatReply, ApiError> {
         code,
         light_beat_enabled: true,
     };
-    match node.beat(&live).await {
-        understudy_core::BeatOutcome::Alive => Ok(reply(BEAT_OK, node.beat_interval(&live))),
+    if renew(node, &live).await? {
+        return Ok(reply(BEAT_OK, node.beat_interval(&live)));
+    }
+    match info {
+        // A full beat re-registers the instance it describes.
+        Some(info) => {
+            let mut spec = InstanceSpec::new(live.instance.ip.clone(), port);
+            spec.cluster = cluster;
+            if let Some(weight) = info.weight {
+                spec.weight = weight;
+            }
+            spec.metadata = info.metadata();
+            register_spec(node, service, spec, true).await?;
+            Ok(reply(BEAT_OK, node.beat_interval(&live)))
+        }
+        None => Ok(reply(BEAT_RESOURCE_NOT_FOUND, None)),
+    }
+}
+
+/// Renews a beat-driven instance's lease; answers whether this node
+/// tracks it (if not, its client must register it again). One that had
+/// been marked unhealthy is proposed healthy again.
+pub(crate) async fn renew(node: &Node, live: &LiveKey) -> Result<bool, ApiError> {
+    match node.beat(live).await {
+        understudy_core::BeatOutcome::Alive => Ok(true),
         understudy_core::BeatOutcome::Revived => {
             let owner = Owner::Beat {
                 ip: live.instance.ip.clone(),
-                port,
+                port: live.instance.port,
             };
             node.propose(Op::SetHealth {
-                service,
+                service: live.service.clone(),
                 key: live.instance.clone(),
                 healthy: true,
                 source: HealthSource::Liveness { owner },
             })
             .await?;
-            Ok(reply(BEAT_OK, node.beat_interval(&live)))
+            Ok(true)
         }
-        understudy_core::BeatOutcome::Unknown => match info {
-            // A full beat re-registers the instance it describes.
-            Some(info) => {
-                let mut spec = InstanceSpec::new(live.instance.ip.clone(), port);
-                spec.cluster = cluster;
-                if let Some(weight) = info.weight {
-                    spec.weight = weight;
-                }
-                spec.metadata = info.metadata();
-                register_spec(node, service, spec, true).await?;
-                Ok(reply(BEAT_OK, node.beat_interval(&live)))
-            }
-            None => Ok(reply(BEAT_RESOURCE_NOT_FOUND, None)),
-        },
+        understudy_core::BeatOutcome::Unknown => Ok(false),
     }
 }
 
-async fn set_health(node: &Node, p: &Params, api: Api) -> Result<(), ApiError> {
+pub(crate) async fn set_health(node: &Node, p: &Params, api: Api) -> Result<(), ApiError> {
     let service = p.service_key(api)?;
     let key = instance_key(p)?;
     let healthy = match p.get("healthy") {
@@ -426,7 +436,7 @@ async fn set_health(node: &Node, p: &Params, api: Api) -> Result<(), ApiError> {
 
 // ---- services ------------------------------------------------------------
 
-fn service_not_found(key: &understudy_core::ServiceKey) -> ApiError {
+pub(crate) fn service_not_found(key: &understudy_core::ServiceKey) -> ApiError {
     ApiError::from(understudy_core::Error::ServiceNotFound {
         namespace: key.namespace.to_string(),
         service: key.grouped_name(),
@@ -447,7 +457,7 @@ pub(crate) fn selector(p: &Params) -> Result<Option<understudy_core::Selector>, 
         .transpose()
 }
 
-async fn create_service(node: &Node, p: &Params, api: Api) -> Result<(), ApiError> {
+pub(crate) async fn create_service(node: &Node, p: &Params, api: Api) -> Result<(), ApiError> {
     let service = p.service_key(api)?;
     // Nacos 2.x makes services created through this API persistent (v1),
     // or as the v2 `ephemeral` parameter says, defaulting to persistent.
@@ -470,13 +480,13 @@ async fn create_service(node: &Node, p: &Params, api: Api) -> Result<(), ApiErro
     Ok(())
 }
 
-async fn delete_service(node: &Node, p: &Params, api: Api) -> Result<(), ApiError> {
+pub(crate) async fn delete_service(node: &Node, p: &Params, api: Api) -> Result<(), ApiError> {
     let service = p.service_key(api)?;
     node.propose(Op::DeleteService { service }).await?;
     Ok(())
 }
 
-async fn update_service(node: &Node, p: &Params, api: Api) -> Result<(), ApiError> {
+pub(crate) async fn update_service(node: &Node, p: &Params, api: Api) -> Result<(), ApiError> {
     let service = p.service_key(api)?;
     if api == Api::V1 {
         p.required("protectThreshold")?;
@@ -495,7 +505,7 @@ pub(crate) fn page_number(p: &Params, name: &'static str) -> Result<u64, ApiErro
         .ok_or_else(|| ApiError::missing(name))
 }
 
-fn service_page(
+pub(crate) fn service_page(
     node: &Node,
     p: &Params,
     page_no: u64,

@@ -147,18 +147,27 @@ pub(crate) async fn health_server(State(node): State<Node>) -> Response {
 }
 
 pub(crate) async fn server_state(State(node): State<Node>) -> Response {
-    Json(json!({
+    Json(server_state_map(&node)).into_response()
+}
+
+/// What the server is and runs with, as Nacos' server state map.
+pub(crate) fn server_state_map(node: &Node) -> Value {
+    let mode = if node.members().len() > 1 {
+        "cluster"
+    } else {
+        "standalone"
+    };
+    json!({
         "version": VERSION,
-        "standalone_mode": "standalone",
-        "startup_mode": "standalone",
+        "standalone_mode": mode,
+        "startup_mode": mode,
         "function_mode": "naming",
         "server_port": node.config().http_port.to_string(),
-        "auth_enabled": "false",
+        "auth_enabled": node.auth().enabled().to_string(),
         "login_page_enabled": "false",
         "auth_system_type": "nacos",
         "console_ui_enabled": "false",
-    }))
-    .into_response()
+    })
 }
 
 pub(crate) async fn ok_text() -> Response {
@@ -167,12 +176,12 @@ pub(crate) async fn ok_text() -> Response {
 
 pub(crate) async fn cluster_nodes(State(node): State<Node>) -> Response {
     let config = node.config();
-    let address = format!("{}:{}", config.bind, config.http_port);
+    let address = node.http_address();
     Json(ConsoleResult::ok(json!([{
-        "ip": config.bind.to_string(),
-        "port": config.http_port,
+        "ip": address.ip().to_string(),
+        "port": address.port(),
         "state": "UP",
-        "address": address,
+        "address": address.to_string(),
         "extendInfo": {"nodeId": config.node_id, "dc": config.dc},
         "abilities": {},
     }])))
@@ -354,7 +363,7 @@ pub(crate) async fn namespaces_get(State(node): State<Node>, params: Input) -> R
     Json(ConsoleResult::ok(namespace_list(&node))).into_response()
 }
 
-async fn create_namespace(
+pub(crate) async fn create_namespace(
     node: &Node,
     p: &Params,
     id_field: &'static str,
@@ -377,7 +386,7 @@ async fn create_namespace(
     Ok(())
 }
 
-async fn update_namespace(
+pub(crate) async fn update_namespace(
     node: &Node,
     p: &Params,
     id_field: &'static str,
@@ -395,7 +404,7 @@ async fn update_namespace(
     Ok(())
 }
 
-async fn delete_namespace(node: &Node, p: &Params) -> Result<(), ApiError> {
+pub(crate) async fn delete_namespace(node: &Node, p: &Params) -> Result<(), ApiError> {
     let id = namespace_id(p, "namespaceId")?;
     node.propose(Op::DeleteNamespace { namespace: id }).await?;
     Ok(())

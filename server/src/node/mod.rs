@@ -32,6 +32,8 @@ struct Inner {
     held: Mutex<std::collections::HashSet<String>>,
     /// The last moment this node was part of a working majority.
     quorum_seen: Mutex<tokio::time::Instant>,
+    /// The address its HTTP port is bound to, once it serves.
+    http_address: std::sync::OnceLock<std::net::SocketAddr>,
 }
 
 /// A connection id held open by this process; released on drop.
@@ -106,8 +108,24 @@ impl Node {
                 parts,
                 held: Mutex::default(),
                 quorum_seen: Mutex::new(tokio::time::Instant::now()),
+                http_address: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    /// Records the address the HTTP port is bound to (the configured
+    /// port may be 0).
+    pub(crate) fn serving_http_on(&self, address: std::net::SocketAddr) {
+        let _ = self.inner.http_address.set(address);
+    }
+
+    /// The address this node's HTTP API is served on: the bound one once
+    /// it serves, else the configured one.
+    pub fn http_address(&self) -> std::net::SocketAddr {
+        self.inner.http_address.get().copied().unwrap_or_else(|| {
+            let config = &self.inner.parts.config;
+            std::net::SocketAddr::new(config.bind, config.http_port)
+        })
     }
 
     /// A handle that does not keep the node alive.

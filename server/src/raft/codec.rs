@@ -1,13 +1,18 @@
 //! The bytes of raft: every entry, RPC and snapshot is postcard behind one
 //! format version byte, so a node refuses data from a newer format by name
-//! instead of misreading it.
+//! instead of misreading it, and reads the older formats it knows.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use thiserror::Error;
 
-/// The format this build writes and reads.
-pub const FORMAT: u8 = 3;
+/// The format this build writes.
+pub const FORMAT: u8 = 4;
+
+/// Older formats this build reads as [`FORMAT`]: format 4 only added
+/// commands at the end of `Op`, so every format-3 payload means the same
+/// in format 4.
+const READS: &[u8] = &[3];
 
 /// Why bytes could not be decoded.
 #[derive(Debug, Error)]
@@ -37,7 +42,9 @@ pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, CodecError> {
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
     match bytes.split_first() {
         None => Err(CodecError::Empty),
-        Some((&FORMAT, body)) => Ok(postcard::from_bytes(body)?),
+        Some((&found, body)) if found == FORMAT || READS.contains(&found) => {
+            Ok(postcard::from_bytes(body)?)
+        }
         Some((&found, _)) => Err(CodecError::Version { found }),
     }
 }
@@ -58,6 +65,9 @@ mod tests {
             Err(CodecError::Version { found }) if found == FORMAT + 1
         ));
         assert!(matches!(decode::<u64>(&[]), Err(CodecError::Empty)));
+        let mut older = bytes.clone();
+        older[0] = 3;
+        assert_eq!(decode::<(u64, String)>(&older).unwrap(), (7, "x".into()));
         assert!(matches!(
             decode::<(u64, String)>(&[FORMAT, 0xff]),
             Err(CodecError::Corrupt(_))

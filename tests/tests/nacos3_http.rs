@@ -1,0 +1,869 @@
+//! The Nacos 3 HTTP API over real HTTP: the client plane
+//! (`/nacos/v3/client/**`) and the admin plane's naming, config and core
+//! endpoints, each with a success, a bad parameter named in the answer
+//! and a missing resource, in Nacos 3's envelope.
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use understudy_server::config::Settings;
+use understudy_tests::Server;
+
+/// One call: the status and the JSON body.
+async fn call(
+    server: &Server,
+    method: Method,
+    path: &str,
+    form: &[(&str, &str)],
+) -> (StatusCode, Value) {
+    call_with(server, method, path, form, &[]).await
+}
+
+async fn call_with(
+    server: &Server,
+    method: Method,
+    path: &str,
+    form: &[(&str, &str)],
+    headers: &[(&str, &str)],
+) -> (StatusCode, Value) {
+    let client = reqwest::Client::new();
+    let mut request = client.request(method.clone(), server.url(path));
+    request = if method == Method::GET || method == Method::DELETE {
+        request.query(form)
+    } else {
+        request.form(form)
+    };
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await.expect("the server answers");
+    let status = response.status();
+    let text = response.text().await.expect("a body");
+    let body = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{method} {path}: not JSON ({e}): {text}"));
+    (status, body)
+}
+
+/// Asserts the success envelope and answers its `data`.
+fn data(answer: (StatusCode, Value)) -> Value {
+    let (status, body) = answer;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["code"], 0, "{body}");
+    assert_eq!(body["message"], "success", "{body}");
+    body["data"].clone()
+}
+
+/// Asserts an error answer: its status, its detail code, and that its
+/// `data` names `names`.
+fn refused(answer: (StatusCode, Value), status: StatusCode, code: u32, names: &str) {
+    let (got, body) = answer;
+    assert_eq!(got, status, "{body}");
+    assert_eq!(body["code"], code, "{body}");
+    assert!(
+        body["data"].as_str().is_some_and(|d| d.contains(names)),
+        "the answer names {names}: {body}"
+    );
+}
+
+const CLIENT: &str = "/nacos/v3/client/ns/instance";
+const ADMIN: &str = "/nacos/v3/admin/ns";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_plane_registers_renews_lists_and_deregisters() -> anyhow::Result<()> {
+    let server = Server::start(Settings::default()).await?;
+    let instance = [
+        ("serviceName", "orders"),
+        ("groupName", "shop"),
+        ("ip", "10.0.0.7"),
+        ("port", "8080"),
+        ("weight", "2"),
+        ("metadata", r#"{"zone":"hz"}"#),
+    ];
+    assert_eq!(
+        data(call(&server, Method::POST, CLIENT, &instance).await),
+        "ok"
+    );
+    let list = data(
+        call(
+            &server,
+            Method::GET,
+            &format!("{CLIENT}/list"),
+            &[("serviceName", "orders"), ("groupName", "shop")],
+        )
+        .await,
+    );
+    let hosts = list.as_array().expect("a list of instances");
+    assert_eq!(hosts.len(), 1, "{list}");
+    assert_eq!(hosts[0]["ip"], "10.0.0.7");
+    assert_eq!(hosts[0]["port"], 8080);
+    assert_eq!(hosts[0]["weight"], 2.0);
+    assert_eq!(hosts[0]["metadata"]["zone"], "hz");
+    assert_eq!(hosts[0]["serviceName"], "shop@@orders");
+
+    // A heartbeat renews what is registered…
+    let mut beat = instance.to_vec();
+    beat.push(("heartBeat", "true"));
+    assert_eq!(data(call(&server, Method::POST, CLIENT, &beat).await), "ok");
+    // …and asks for a registration of what is not (21003).
+    let mut stranger = beat.clone();
+    stranger[2] = ("ip", "10.0.0.99");
+    refused(
+        call(&server, Method::POST, CLIENT, &stranger).await,
+        StatusCode::OK,
+        21003,
+        "register it again",
+    );
+
+    // Bad parameters are named.
+    refused(
+        call(
+            &server,
+            Method::POST,
+            CLIENT,
+            &[("ip", "10.0.0.7"), ("port", "80")],
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        10000,
+        "serviceName",
+    );
+    refused(
+        call(
+            &server,
+            Method::POST,
+            CLIENT,
+            &[
+                ("serviceName", "orders"),
+                ("ip", "10.0.0.7"),
+                ("port", "70000"),
+            ],
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        20002,
+        "port",
+    );
+
+    assert_eq!(
+        data(call(&server, Method::DELETE, CLIENT, &instance[..4]).await),
+        "ok"
+    );
+    let list = data(
+        call(
+            &server,
+            Method::GET,
+            &format!("{CLIENT}/list"),
+            &[("serviceName", "orders"), ("groupName", "shop")],
+        )
+        .await,
+    );
+    assert_eq!(list, json!([]));
+    server.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_plane_manages_instances() -> anyhow::Result<()> {
+    let server = Server::start(Settings::default()).await?;
+    let one = [
+        ("serviceName", "pay"),
+        ("ip", "10.0.1.1"),
+        ("port", "9000"),
+        ("ephemeral", "false"),
+    ];
+    let other = [
+        ("serviceName", "pay"),
+        ("ip", "10.0.1.2"),
+        ("port", "9000"),
+        ("ephemeral", "false"),
+    ];
+    let instance = format!("{ADMIN}/instance");
+    data(call(&server, Method::POST, &instance, &one).await);
+    data(call(&server, Method::POST, &instance, &other).await);
+
+    let detail = data(call(&server, Method::GET, &instance, &one[..3]).await);
+    assert_eq!(detail["ip"], "10.0.1.1");
+    assert_eq!(detail["ephemeral"], false);
+    assert_eq!(detail["clusterName"], "DEFAULT");
+    refused(
+        call(
+            &server,
+            Method::GET,
+            &instance,
+            &[("serviceName", "pay"), ("ip", "10.9.9.9"), ("port", "1")],
+        )
+        .await,
+        StatusCode::NOT_FOUND,
+        20004,
+        "10.9.9.9",
+    );
+
+    // PUT overlays, PUT /partial changes only what exists.
+    let mut weighted = one.to_vec();
+    weighted.push(("weight", "5"));
+    data(call(&server, Method::PUT, &instance, &weighted).await);
+    let detail = data(call(&server, Method::GET, &instance, &one[..3]).await);
+    assert_eq!(detail["weight"], 5.0);
+    refused(
+        call(
+            &server,
+            Method::PUT,
+            &format!("{instance}/partial"),
+            &[
+                ("serviceName", "pay"),
+                ("ip", "10.9.9.9"),
+                ("port", "1"),
+                ("weight", "3"),
+            ],
+        )
+        .await,
+        StatusCode::NOT_FOUND,
+        20004,
+        "10.9.9.9",
+    );
+    refused(
+        call(
+            &server,
+            Method::PUT,
+            &format!("{instance}/partial"),
+            &[
+                ("serviceName", "pay"),
+                ("ip", "10.0.1.1"),
+                ("port", "9000"),
+                ("weight", "-1"),
+            ],
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        21001,
+        "weight",
+    );
+
+    // Metadata in a batch: set on the one named, then removed again.
+    let batch = format!("{instance}/metadata/batch");
+    let set = data(
+        call(
+            &server,
+            Method::PUT,
+            &batch,
+            &[
+                ("serviceName", "pay"),
+                (
+                    "instances",
+                    r#"[{"ip":"10.0.1.2","port":9000,"clusterName":"DEFAULT"}]"#,
+                ),
+                ("metadata", r#"{"canary":"yes"}"#),
+            ],
+        )
+        .await,
+    );
+    assert_eq!(
+        set["updated"],
+        json!(["10.0.1.2:9000:unknown:DEFAULT:persist"])
+    );
+    let list = data(
+        call(
+            &server,
+            Method::GET,
+            &format!("{instance}/list"),
+            &[("serviceName", "pay")],
+        )
+        .await,
+    );
+    let canary: Vec<&Value> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|h| h["metadata"]["canary"] == "yes")
+        .collect();
+    assert_eq!(canary.len(), 1, "{list}");
+    assert_eq!(canary[0]["ip"], "10.0.1.2");
+    let removed = data(
+        call(
+            &server,
+            Method::DELETE,
+            &batch,
+            &[("serviceName", "pay"), ("metadata", r#"{"canary":""}"#)],
+        )
+        .await,
+    );
+    assert_eq!(
+        removed["updated"].as_array().map(Vec::len),
+        Some(2),
+        "{removed}"
+    );
+    let list = data(
+        call(
+            &server,
+            Method::GET,
+            &format!("{instance}/list"),
+            &[("serviceName", "pay")],
+        )
+        .await,
+    );
+    assert!(
+        list.as_array()
+            .unwrap()
+            .iter()
+            .all(|h| h["metadata"].get("canary").is_none()),
+        "{list}"
+    );
+    refused(
+        call(
+            &server,
+            Method::PUT,
+            &batch,
+            &[
+                ("serviceName", "pay"),
+                ("instances", "not json"),
+                ("metadata", "{}"),
+            ],
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        20002,
+        "instances",
+    );
+
+    // Health of a persistent instance is set by the operator.
+    data(
+        call(
+            &server,
+            Method::PUT,
+            &format!("{ADMIN}/health/instance"),
+            &[
+                ("serviceName", "pay"),
+                ("ip", "10.0.1.1"),
+                ("port", "9000"),
+                ("healthy", "false"),
+            ],
+        )
+        .await,
+    );
+    let detail = data(call(&server, Method::GET, &instance, &one[..3]).await);
+    assert_eq!(detail["healthy"], false);
+    let checkers = data(
+        call(
+            &server,
+            Method::GET,
+            &format!("{ADMIN}/health/checkers"),
+            &[],
+        )
+        .await,
+    );
+    assert!(checkers.get("TCP").is_some(), "{checkers}");
+
+    data(call(&server, Method::DELETE, &instance, &one).await);
+    refused(
+        call(&server, Method::GET, &instance, &one[..3]).await,
+        StatusCode::NOT_FOUND,
+        20004,
+        "10.0.1.1",
+    );
+    server.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_plane_manages_services() -> anyhow::Result<()> {
+    let server = Server::start(Settings::default()).await?;
+    let service = format!("{ADMIN}/service");
+    data(
+        call(
+            &server,
+            Method::POST,
+            &service,
+            &[
+                ("serviceName", "ledger"),
+                ("groupName", "fin"),
+                ("protectThreshold", "0.5"),
+            ],
+        )
+        .await,
+    );
+    refused(
+        call(
+            &server,
+            Method::POST,
+            &service,
+            &[("serviceName", "ledger"), ("groupName", "fin")],
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        21007,
+        "ledger",
+    );
+    let detail = data(
+        call(
+            &server,
+            Method::GET,
+            &service,
+            &[("serviceName", "ledger"), ("groupName", "fin")],
+        )
+        .await,
+    );
+    assert_eq!(detail["serviceName"], "ledger");
+    assert_eq!(detail["groupName"], "fin");
+    assert_eq!(detail["protectThreshold"], 0.5);
+    data(
+        call(
+            &server,
+            Method::PUT,
+            &service,
+            &[
+                ("serviceName", "ledger"),
+                ("groupName", "fin"),
+                ("protectThreshold", "0.2"),
+            ],
+        )
+        .await,
+    );
+    refused(
+        call(
+            &server,
+            Method::PUT,
+            &service,
+            &[
+                ("serviceName", "ledger"),
+                ("groupName", "fin"),
+                ("protectThreshold", "2"),
+            ],
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        20002,
+        "protectThreshold",
+    );
+    refused(
+        call(
+            &server,
+            Method::GET,
+            &service,
+            &[("serviceName", "nowhere")],
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        21008,
+        "nowhere",
+    );
+
+    data(
+        call(
+            &server,
+            Method::POST,
+            &format!("{ADMIN}/instance"),
+            &[
+                ("serviceName", "ledger"),
+                ("groupName", "fin"),
+                ("ip", "10.0.2.1"),
+                ("port", "1"),
+                ("ephemeral", "false"),
+            ],
+        )
+        .await,
+    );
+    let list = data(
+        call(
+            &server,
+            Method::GET,
+            &format!("{service}/list"),
+            &[
+                ("groupNameParam", "fi"),
+                ("pageNo", "1"),
+                ("pageSize", "10"),
+            ],
+        )
+        .await,
+    );
+    assert_eq!(list["totalCount"], 1, "{list}");
+    assert_eq!(list["pagesAvailable"], 1);
+    let view = &list["pageItems"][0];
+    assert_eq!(view["name"], "ledger");
+    assert_eq!(view["groupName"], "fin");
+    assert_eq!(view["ipCount"], 1);
+    assert_eq!(view["healthyInstanceCount"], 1);
+    assert_eq!(view["clusterCount"], 1);
+    let with = data(
+        call(
+            &server,
+            Method::GET,
+            &format!("{service}/list"),
+            &[("withInstances", "true")],
+        )
+        .await,
+    );
+    assert_eq!(with["pageItems"][0]["serviceName"], "ledger", "{with}");
+    refused(
+        call(
+            &server,
+            Method::GET,
+            &format!("{service}/list"),
+            &[("pageSize", "0")],
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        20002,
+        "pageSize",
+    );
+    let types = data(
+        call(
+            &server,
+            Method::GET,
+            &format!("{service}/selector/types"),
+            &[],
+        )
+        .await,
+    );
+    assert_eq!(types, json!(["none", "label"]));
+
+    refused(
+        call(
+            &server,
+            Method::DELETE,
+            &service,
+            &[("serviceName", "ledger"), ("groupName", "fin")],
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        21009,
+        "ledger",
+    );
+    data(
+        call(
+            &server,
+            Method::DELETE,
+            &format!("{ADMIN}/instance"),
+            &[
+                ("serviceName", "ledger"),
+                ("groupName", "fin"),
+                ("ip", "10.0.2.1"),
+                ("port", "1"),
+                ("ephemeral", "false"),
+            ],
+        )
+        .await,
+    );
+    data(
+        call(
+            &server,
+            Method::DELETE,
+            &service,
+            &[("serviceName", "ledger"), ("groupName", "fin")],
+        )
+        .await,
+    );
+    server.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_plane_reads_publishes_lists_and_removes_configs() -> anyhow::Result<()> {
+    let server = Server::start(Settings::default()).await?;
+    let config = "/nacos/v3/admin/cs/config";
+    let key = [("dataId", "app.yaml"), ("groupName", "shop")];
+    refused(
+        call(&server, Method::GET, "/nacos/v3/client/cs/config", &key).await,
+        StatusCode::OK,
+        20004,
+        "app.yaml",
+    );
+    let mut publish = key.to_vec();
+    publish.extend([
+        ("content", "port: 80"),
+        ("type", "yaml"),
+        ("appName", "shop-web"),
+        ("configTags", "web,edge"),
+        ("desc", "the web tier"),
+    ]);
+    assert_eq!(
+        data(call(&server, Method::POST, config, &publish).await),
+        true
+    );
+    let mut other = vec![
+        ("dataId", "db.properties"),
+        ("groupName", "shop"),
+        ("content", "url=x"),
+    ];
+    other.push(("type", "properties"));
+    data(call(&server, Method::POST, config, &other).await);
+
+    let client = data(call(&server, Method::GET, "/nacos/v3/client/cs/config", &key).await);
+    assert_eq!(client["content"], "port: 80");
+    assert_eq!(client["contentType"], "yaml");
+    assert_eq!(client["md5"].as_str().map(str::len), Some(32));
+    let detail = data(call(&server, Method::GET, config, &key).await);
+    assert_eq!(detail["content"], "port: 80");
+    assert_eq!(detail["namespaceId"], "public");
+    assert_eq!(detail["groupName"], "shop");
+    assert_eq!(detail["appName"], "shop-web");
+    assert_eq!(detail["configTags"], "web,edge");
+    assert_eq!(detail["desc"], "the web tier");
+
+    // Compare-and-set: a stale md5 is refused, the current one publishes.
+    let md5 = detail["md5"].as_str().unwrap().to_owned();
+    let mut next = key.to_vec();
+    next.extend([("content", "port: 81"), ("configTags", "web,edge")]);
+    let (status, _) = call_with(&server, Method::POST, config, &next, &[("casMd5", "0000")]).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    data(call_with(&server, Method::POST, config, &next, &[("casMd5", &md5)]).await);
+
+    let list = |query: Vec<(&'static str, &'static str)>| {
+        let server = &server;
+        async move {
+            let page = data(call(server, Method::GET, &format!("{config}/list"), &query).await);
+            page["pageItems"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["dataId"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(list(vec![("dataId", "*.yaml")]).await, ["app.yaml"]);
+    assert!(
+        list(vec![("dataId", "app")]).await.is_empty(),
+        "blur adds no wildcard of its own"
+    );
+    assert_eq!(list(vec![("dataId", "app*")]).await, ["app.yaml"]);
+    assert!(list(vec![("dataId", "app"), ("search", "accurate")])
+        .await
+        .is_empty());
+    assert_eq!(list(vec![("groupName", "shop")]).await.len(), 2);
+    assert_eq!(list(vec![("configTags", "edge")]).await, ["app.yaml"]);
+    assert_eq!(list(vec![("type", "properties")]).await, ["db.properties"]);
+    refused(
+        call(
+            &server,
+            Method::GET,
+            &format!("{config}/list"),
+            &[("search", "fuzzy")],
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        20002,
+        "search",
+    );
+
+    refused(
+        call(
+            &server,
+            Method::POST,
+            config,
+            &[("dataId", "x"), ("content", "y")],
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        10000,
+        "groupName",
+    );
+    refused(
+        call(
+            &server,
+            Method::POST,
+            config,
+            &[
+                ("dataId", "x"),
+                ("groupName", "bad group"),
+                ("content", "y"),
+            ],
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        20002,
+        "groupName",
+    );
+    assert_eq!(
+        data(call(&server, Method::DELETE, config, &key).await),
+        true
+    );
+    refused(
+        call(&server, Method::GET, config, &key).await,
+        StatusCode::NOT_FOUND,
+        20004,
+        "app.yaml",
+    );
+    server.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_plane_reports_the_server_and_manages_namespaces() -> anyhow::Result<()> {
+    let server = Server::start(Settings::default()).await?;
+    let core = "/nacos/v3/admin/core";
+    let state = data(call(&server, Method::GET, &format!("{core}/state"), &[]).await);
+    assert_eq!(state["startup_mode"], "standalone");
+    assert_eq!(state["auth_enabled"], "false");
+    for probe in ["liveness", "readiness"] {
+        assert_eq!(
+            data(call(&server, Method::GET, &format!("{core}/state/{probe}"), &[]).await),
+            "ok"
+        );
+    }
+    let me = data(
+        call(
+            &server,
+            Method::GET,
+            &format!("{core}/cluster/node/self"),
+            &[],
+        )
+        .await,
+    );
+    assert_eq!(me["state"], "UP");
+    assert_eq!(me["address"], server.http.to_string());
+    let nodes = data(
+        call(
+            &server,
+            Method::GET,
+            &format!("{core}/cluster/node/list"),
+            &[],
+        )
+        .await,
+    );
+    assert_eq!(nodes.as_array().map(Vec::len), Some(1), "{nodes}");
+
+    let namespace = format!("{core}/namespace");
+    data(
+        call(
+            &server,
+            Method::POST,
+            &namespace,
+            &[
+                ("namespaceId", "team-a"),
+                ("namespaceName", "Team A"),
+                ("namespaceDesc", "a"),
+            ],
+        )
+        .await,
+    );
+    refused(
+        call(
+            &server,
+            Method::POST,
+            &namespace,
+            &[("namespaceId", "team-a"), ("namespaceName", "again")],
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        22002,
+        "team-a",
+    );
+    refused(
+        call(
+            &server,
+            Method::POST,
+            &namespace,
+            &[("namespaceId", "team b"), ("namespaceName", "B")],
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        22000,
+        "namespaceId",
+    );
+    assert_eq!(
+        data(
+            call(
+                &server,
+                Method::GET,
+                &format!("{namespace}/check"),
+                &[("namespaceId", "team-a")]
+            )
+            .await
+        ),
+        1
+    );
+    assert_eq!(
+        data(
+            call(
+                &server,
+                Method::GET,
+                &format!("{namespace}/check"),
+                &[("namespaceId", "team-z")]
+            )
+            .await
+        ),
+        0
+    );
+    data(
+        call(
+            &server,
+            Method::PUT,
+            &namespace,
+            &[("namespaceId", "team-a"), ("namespaceName", "Team A2")],
+        )
+        .await,
+    );
+    let one = data(
+        call(
+            &server,
+            Method::GET,
+            &namespace,
+            &[("namespaceId", "team-a")],
+        )
+        .await,
+    );
+    assert_eq!(one["namespaceShowName"], "Team A2");
+    assert_eq!(one["type"], 1);
+    let all = data(call(&server, Method::GET, &format!("{namespace}/list"), &[]).await);
+    let ids: Vec<&str> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["namespace"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["public", "team-a"]);
+    refused(
+        call(
+            &server,
+            Method::GET,
+            &namespace,
+            &[("namespaceId", "team-z")],
+        )
+        .await,
+        StatusCode::NOT_FOUND,
+        22001,
+        "team-z",
+    );
+    data(
+        call(
+            &server,
+            Method::DELETE,
+            &namespace,
+            &[("namespaceId", "team-a")],
+        )
+        .await,
+    );
+    assert_eq!(
+        data(
+            call(
+                &server,
+                Method::GET,
+                &format!("{namespace}/check"),
+                &[("namespaceId", "team-a")]
+            )
+            .await
+        ),
+        0
+    );
+    server.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storage_endpoints_answer_501_naming_what_understudy_does_instead() -> anyhow::Result<()> {
+    let server = Server::start(Settings::default()).await?;
+    for (method, path) in [
+        (Method::GET, "/nacos/v3/admin/cs/ops/derby"),
+        (Method::POST, "/nacos/v3/admin/cs/capacity"),
+        (Method::GET, "/nacos/v3/admin/core/loader/current"),
+        (Method::PUT, "/nacos/v3/admin/core/cluster/node/list"),
+        (Method::GET, "/nacos/v3/admin/ns/client/distro"),
+    ] {
+        let (status, body) = call(&server, method.clone(), path, &[]).await;
+        assert_eq!(
+            status,
+            StatusCode::NOT_IMPLEMENTED,
+            "{method} {path}: {body}"
+        );
+        assert!(
+            body["data"]
+                .as_str()
+                .is_some_and(|d| d.contains("understudy")),
+            "{method} {path} says what understudy does instead: {body}"
+        );
+    }
+    server.stop().await
+}
