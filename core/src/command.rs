@@ -5,8 +5,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    ConfigKey, ConfigSpec, InstanceKey, InstancePatch, InstanceSpec, Millis, NamespaceId, Owner,
-    ServiceKey, ServiceKind, ServiceMeta, ServiceMetaPatch,
+    ConfigKey, ConfigSource, ConfigSpec, InstanceKey, InstancePatch, InstanceSpec, Millis,
+    NamespaceId, Owner, ServiceKey, ServiceKind, ServiceMeta, ServiceMetaPatch,
 };
 
 /// A mutation and the time it was issued.
@@ -200,6 +200,25 @@ pub enum Op {
     NodeBack {
         /// The node.
         node: u64,
+    },
+    /// Publish a config item, as [`Op::PublishConfig`], recording who did
+    /// (kept in its history and as its creator).
+    PublishConfigFrom {
+        /// Its key.
+        key: ConfigKey,
+        /// What to store.
+        spec: ConfigSpec,
+        /// Compare-and-set, as in [`Op::PublishConfig`].
+        cas_md5: Option<String>,
+        /// Who publishes it.
+        source: ConfigSource,
+    },
+    /// Remove a config item, as [`Op::RemoveConfig`], recording who did.
+    RemoveConfigFrom {
+        /// Its key.
+        key: ConfigKey,
+        /// Who removes it.
+        source: ConfigSource,
     },
     /// Remove metadata keys from an existing instance, and from what
     /// operators laid over it (the opposite of an [`Op::UpdateInstance`]

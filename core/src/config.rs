@@ -96,9 +96,26 @@ pub struct ConfigSpec {
     pub encrypted_data_key: String,
 }
 
+/// Who published or removed a config: the client's address and user, as
+/// the adapter saw them (empty when unknown).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ConfigSource {
+    /// The client's IP address.
+    pub ip: String,
+    /// The user it acted as.
+    pub user: String,
+}
+
 /// A stored config item.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConfigItem {
+    /// Its id: unique in the registry, kept while the item exists (a
+    /// removed and republished config gets a new one).
+    pub id: u64,
+    /// When it was first published, epoch ms.
+    pub created: Millis,
+    /// Who first published it.
+    pub created_by: ConfigSource,
     /// The content.
     pub content: String,
     /// Lowercase hex MD5 of the content's UTF-8 bytes.
@@ -124,6 +141,8 @@ pub fn content_md5(content: &str) -> String {
 }
 
 impl ConfigItem {
+    /// The item `spec` describes, published at `at`, not yet given its
+    /// id and origin (see the registry's publish).
     pub(crate) fn build(spec: &ConfigSpec, at: Millis, max_bytes: usize) -> Result<Self, Error> {
         if spec.content.trim().is_empty() {
             return Err(Error::invalid("content", "must not be blank"));
@@ -143,6 +162,9 @@ impl ConfigItem {
             "text".to_owned()
         };
         Ok(Self {
+            id: 0,
+            created: at,
+            created_by: ConfigSource::default(),
             md5: content_md5(&spec.content),
             content: spec.content.clone(),
             kind,
@@ -152,6 +174,71 @@ impl ConfigItem {
             tags: spec.tags.clone(),
             encrypted_data_key: spec.encrypted_data_key.clone(),
         })
+    }
+}
+
+/// What a history entry records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HistoryOp {
+    /// A config was published for the first time: the entry holds what
+    /// was published.
+    Insert,
+    /// A config was published over another: the entry holds what it
+    /// replaced, as Nacos keeps it.
+    Update,
+    /// A config was removed: the entry holds what was removed.
+    Delete,
+}
+
+impl HistoryOp {
+    /// Nacos' letter for it: `I`, `U` or `D`.
+    pub fn letter(self) -> &'static str {
+        match self {
+            HistoryOp::Insert => "I",
+            HistoryOp::Update => "U",
+            HistoryOp::Delete => "D",
+        }
+    }
+}
+
+/// One entry of a config's history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    /// Its id (Nacos' `nid`), increasing with every entry.
+    pub nid: u64,
+    /// The config it is about.
+    pub key: ConfigKey,
+    /// What happened.
+    pub op: HistoryOp,
+    /// The item it records (see [`HistoryOp`]), whose `id` is the
+    /// config's.
+    pub item: std::sync::Arc<ConfigItem>,
+    /// When it happened, epoch ms (the command's timestamp).
+    pub at: Millis,
+    /// Who did it.
+    pub source: ConfigSource,
+    /// The gray release it concerns; empty for the formal config.
+    pub gray_name: String,
+}
+
+/// How much config history is kept: at most `max_per_config` entries per
+/// config, none older than `max_age` ms (judged by the entries' own
+/// timestamps against the newest command's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryRetention {
+    /// Entries kept per config.
+    pub max_per_config: usize,
+    /// The oldest an entry may be, ms.
+    pub max_age: Millis,
+}
+
+impl Default for HistoryRetention {
+    /// 100 entries per config, 30 days (Nacos' `config_retention_days`).
+    fn default() -> Self {
+        Self {
+            max_per_config: 100,
+            max_age: 30 * 24 * 3600 * 1000,
+        }
     }
 }
 

@@ -41,7 +41,10 @@ mod registry;
 mod service;
 
 pub use command::{Command, HealthSource, Op, RemovalCause, UpdateMode};
-pub use config::{content_md5, ConfigItem, ConfigKey, ConfigSpec};
+pub use config::{
+    content_md5, ConfigItem, ConfigKey, ConfigSource, ConfigSpec, HistoryEntry, HistoryOp,
+    HistoryRetention,
+};
 pub use error::Error;
 pub use event::{Change, Event};
 pub use import::{

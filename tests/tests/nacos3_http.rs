@@ -867,3 +867,160 @@ async fn storage_endpoints_answer_501_naming_what_understudy_does_instead() -> a
     }
     server.stop().await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_history_is_kept_listed_read_and_rolled_back() -> anyhow::Result<()> {
+    let server = Server::start(Settings::default()).await?;
+    let config = "/nacos/v3/admin/cs/config";
+    let history = "/nacos/v3/admin/cs/history";
+    let key = [("dataId", "app.yaml"), ("groupName", "shop")];
+    for content in ["v: 1", "v: 2", "v: 3"] {
+        let mut form = key.to_vec();
+        form.extend([("content", content), ("srcUser", "alice")]);
+        data(call(&server, Method::POST, config, &form).await);
+    }
+    let current = data(call(&server, Method::GET, config, &key).await);
+    let config_id = current["id"].as_str().expect("a string id").to_owned();
+    assert_eq!(current["createUser"], "alice");
+    assert_eq!(current["createIp"], "127.0.0.1");
+
+    // Newest first; an update keeps what it replaced, as Nacos does.
+    let page = data(call(&server, Method::GET, &format!("{history}/list"), &key).await);
+    assert_eq!(page["totalCount"], 3, "{page}");
+    let items = page["pageItems"].as_array().unwrap();
+    let ops: Vec<&str> = items
+        .iter()
+        .map(|e| e["opType"].as_str().unwrap())
+        .collect();
+    assert_eq!(ops, ["U", "U", "I"]);
+    assert_eq!(items[0]["srcUser"], "alice");
+    assert_eq!(items[0]["srcIp"], "127.0.0.1");
+    assert_eq!(items[0]["publishType"], "formal");
+    assert!(
+        items[0].get("content").is_none(),
+        "a list carries no content"
+    );
+    let first_update = items[1]["id"].as_str().unwrap().to_owned();
+
+    let mut ask = key.to_vec();
+    ask.push(("nid", &first_update));
+    let entry = data(call(&server, Method::GET, history, &ask).await);
+    assert_eq!(entry["content"], "v: 1", "{entry}");
+    assert_eq!(entry["opType"], "U");
+
+    // Rolling back is publishing what an entry holds.
+    let mut rollback = key.to_vec();
+    let old = entry["content"].as_str().unwrap().to_owned();
+    rollback.push(("content", &old));
+    data(call(&server, Method::POST, config, &rollback).await);
+    let now = data(call(&server, Method::GET, config, &key).await);
+    assert_eq!(now["content"], "v: 1");
+    assert_eq!(now["id"], config_id.as_str(), "the config keeps its id");
+
+    // The newest entry of the config by its id: what the rollback replaced.
+    let mut previous = key.to_vec();
+    previous.push(("id", &config_id));
+    let newest = data(
+        call(
+            &server,
+            Method::GET,
+            &format!("{history}/previous"),
+            &previous,
+        )
+        .await,
+    );
+    assert_eq!(newest["content"], "v: 3", "{newest}");
+
+    // An entry asked under another key, one that does not exist, a
+    // missing key.
+    let mut elsewhere = vec![("dataId", "other.yaml"), ("groupName", "shop")];
+    elsewhere.push(("nid", &first_update));
+    refused(
+        call(&server, Method::GET, history, &elsewhere).await,
+        StatusCode::FORBIDDEN,
+        10001,
+        "dataId",
+    );
+    let mut missing = key.to_vec();
+    missing.push(("nid", "999999"));
+    refused(
+        call(&server, Method::GET, history, &missing).await,
+        StatusCode::NOT_FOUND,
+        20004,
+        "999999",
+    );
+    refused(
+        call(
+            &server,
+            Method::GET,
+            &format!("{history}/list"),
+            &[("groupName", "shop")],
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        10000,
+        "dataId",
+    );
+    let configs = data(
+        call(
+            &server,
+            Method::GET,
+            &format!("{history}/configs"),
+            &[("namespaceId", "public")],
+        )
+        .await,
+    );
+    assert_eq!(configs[0]["dataId"], "app.yaml", "{configs}");
+
+    // The same history through Nacos 2.x's v1 endpoints.
+    let v1: Value = reqwest::get(server.url(
+        "/nacos/v1/cs/history?search=accurate&dataId=app.yaml&group=shop&pageNo=1&pageSize=10",
+    ))
+    .await?
+    .json()
+    .await?;
+    assert_eq!(v1["totalCount"], 4, "{v1}");
+    assert_eq!(v1["pageItems"][0]["opType"], "U");
+    assert_eq!(v1["pageItems"][0]["content"], "v: 3");
+    let one: Value = reqwest::get(server.url(&format!(
+        "/nacos/v1/cs/history?nid={first_update}&dataId=app.yaml&group=shop"
+    )))
+    .await?
+    .json()
+    .await?;
+    assert_eq!(one["content"], "v: 1");
+
+    // Removing by id keeps the removal in the history.
+    refused(
+        call(
+            &server,
+            Method::DELETE,
+            &format!("{config}/batch"),
+            &[("ids", "1,x")],
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        20002,
+        "ids",
+    );
+    let ids = format!("{config_id},424242");
+    data(
+        call(
+            &server,
+            Method::DELETE,
+            &format!("{config}/batch"),
+            &[("ids", &ids)],
+        )
+        .await,
+    );
+    refused(
+        call(&server, Method::GET, config, &key).await,
+        StatusCode::NOT_FOUND,
+        20004,
+        "app.yaml",
+    );
+    let page = data(call(&server, Method::GET, &format!("{history}/list"), &key).await);
+    assert_eq!(page["pageItems"][0]["opType"], "D", "{page}");
+    assert_eq!(page["pageItems"][0]["srcIp"], "127.0.0.1");
+    server.stop().await
+}

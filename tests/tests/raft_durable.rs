@@ -1,14 +1,15 @@
 //! Durable mode (`data_dir`): a whole cluster stopped and restarted on its
-//! data dirs keeps its registrations and config, through persisted
-//! snapshots and the log after them; a single node restarts on its dir
-//! without forming again, and a dir of another node is refused.
+//! data dirs keeps its registrations, config and config history, through
+//! persisted snapshots and the log after them, and keeps them across a
+//! change of leader; a single node restarts on its dir without forming
+//! again, and a dir of another node is refused.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use understudy_core::{ConfigKey, ConfigSpec, Op};
+use understudy_core::{ConfigKey, ConfigSource, ConfigSpec, Op};
 use understudy_server::config::Settings;
 use understudy_server::raft::StartError;
 use understudy_server::{Clock, Node, ValidConfig};
@@ -21,7 +22,7 @@ fn config_key() -> ConfigKey {
 }
 
 fn publish(content: &str) -> Op {
-    Op::PublishConfig {
+    Op::PublishConfigFrom {
         key: config_key(),
         spec: ConfigSpec {
             content: content.into(),
@@ -29,7 +30,22 @@ fn publish(content: &str) -> Op {
             ..ConfigSpec::default()
         },
         cas_md5: None,
+        source: ConfigSource {
+            ip: "10.0.0.9".into(),
+            user: "ops".into(),
+        },
     }
+}
+
+/// The config's history on `node`, newest first: (id, op, content, who).
+fn history_on(node: &Node) -> Vec<(u64, &'static str, String, String)> {
+    node.registry()
+        .config_history(&config_key())
+        .map(|e| {
+            let who = format!("{}@{}", e.source.user, e.source.ip);
+            (e.nid, e.op.letter(), e.item.content.clone(), who)
+        })
+        .collect()
 }
 
 fn ports_on(node: &Node) -> Vec<u16> {
@@ -93,6 +109,14 @@ async fn a_whole_cluster_restarted_on_its_data_dirs_keeps_its_instances_and_conf
             .await?;
     }
 
+    let history = history_on(cluster.node(leader));
+    let ops: Vec<(&str, &str)> = history
+        .iter()
+        .map(|(_, op, c, _)| (*op, c.as_str()))
+        .collect();
+    assert_eq!(ops, [("U", "v=1"), ("I", "v=1")], "{history:?}");
+    assert!(history.iter().all(|(.., who)| who == "ops@10.0.0.9"));
+
     let leader = cluster.restart_all(WAIT).await?;
     for id in 1..=3 {
         let node = cluster.node(id);
@@ -101,9 +125,24 @@ async fn a_whole_cluster_restarted_on_its_data_dirs_keeps_its_instances_and_conf
             content_on(n).as_deref() == Some("v=2")
         })
         .await?;
+        eventually(node, "the config history", |n| history_on(n) == history).await?;
     }
     // The restarted cluster takes writes again.
     cluster.node(leader).propose(register(9000)).await?;
+
+    // Its leader stops: the others elect another, whose history is the
+    // same, and which adds to it.
+    cluster.stop(leader).await;
+    let rest: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
+    let next = cluster.leader_among(&rest, WAIT).await?;
+    assert_eq!(history_on(cluster.node(next)), history);
+    cluster.node(next).propose(publish("v=3")).await?;
+    for id in rest {
+        eventually(cluster.node(id), "the newest entry", |n| {
+            history_on(n).len() == 3 && history_on(n)[1..] == history[..]
+        })
+        .await?;
+    }
     cluster.shutdown().await;
     Ok(())
 }

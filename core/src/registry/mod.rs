@@ -16,12 +16,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::event::ChangeLog;
 use crate::{
-    Change, Command, ConfigItem, ConfigKey, Error, Event, GroupName, HealthTimeouts, Instance,
-    InstanceKey, Limits, Millis, NamespaceId, Op, Owner, RemovalCause, Service, ServiceKey,
-    ServiceName,
+    Change, Command, ConfigItem, ConfigKey, ConfigSource, Error, Event, GroupName, HealthTimeouts,
+    HistoryEntry, HistoryRetention, Instance, InstanceKey, Limits, Millis, NamespaceId, Op, Owner,
+    RemovalCause, Service, ServiceKey, ServiceName,
 };
+use history::History;
 
 mod configs;
+mod history;
 mod namespaces;
 mod naming;
 
@@ -39,6 +41,8 @@ pub struct RegistryOptions {
     pub empty_service_ttl: Millis,
     /// How many recent changes the change log keeps.
     pub change_log_capacity: usize,
+    /// How much config history is kept.
+    pub history: HistoryRetention,
 }
 
 impl Default for RegistryOptions {
@@ -49,6 +53,7 @@ impl Default for RegistryOptions {
             zone_key: "zone".to_owned(),
             empty_service_ttl: 60_000,
             change_log_capacity: 100_000,
+            history: HistoryRetention::default(),
         }
     }
 }
@@ -141,6 +146,10 @@ pub struct RegistrySnapshot {
     pub services: Vec<Arc<Service>>,
     /// Every config item.
     pub configs: Vec<(ConfigKey, Arc<ConfigItem>)>,
+    /// Every config history entry kept, oldest first.
+    pub history: Vec<Arc<HistoryEntry>>,
+    /// The last config id or history id handed out.
+    pub serial: u64,
     /// Nodes the leader declared lost ([`Op::NodeLost`]) and that have not
     /// come back.
     pub lost_nodes: Vec<u64>,
@@ -206,6 +215,9 @@ pub struct Registry {
     /// The same index by service, to find an entry without a scan.
     empty_since: BTreeMap<ServiceKey, Millis>,
     configs: BTreeMap<ConfigKey, Arc<ConfigItem>>,
+    history: History,
+    /// The last config id or history id handed out.
+    serial: u64,
     lost_nodes: BTreeSet<u64>,
 }
 
@@ -230,6 +242,8 @@ impl Registry {
             empty_implicit: BTreeSet::new(),
             empty_since: BTreeMap::new(),
             configs: BTreeMap::new(),
+            history: History::default(),
+            serial: 0,
             lost_nodes: BTreeSet::new(),
         }
     }
@@ -474,6 +488,8 @@ impl Registry {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
+            history: self.history.entries().cloned().collect(),
+            serial: self.serial,
             lost_nodes: self.lost_nodes.iter().copied().collect(),
         }
     }
@@ -487,6 +503,8 @@ impl Registry {
             registry.namespaces.entry(id).or_default().info = Some(info);
         }
         registry.configs = snapshot.configs.into_iter().collect();
+        registry.history = snapshot.history.into_iter().collect();
+        registry.serial = snapshot.serial;
         registry.lost_nodes = snapshot.lost_nodes.into_iter().collect();
         for service in snapshot.services {
             for (key, instance) in &service.instances {
@@ -570,10 +588,22 @@ impl Registry {
                 description,
             } => self.save_namespace(&mut tx, namespace, name, description, SaveMode::Update)?,
             Op::DeleteNamespace { namespace } => self.delete_namespace(&mut tx, namespace)?,
-            Op::PublishConfig { key, spec, cas_md5 } => {
-                self.publish_config(&mut tx, key, spec, cas_md5.as_deref())?
-            }
-            Op::RemoveConfig { key } => self.remove_config(&mut tx, key),
+            // Written before sources were recorded: who is unknown.
+            Op::PublishConfig { key, spec, cas_md5 } => self.publish_config(
+                &mut tx,
+                key,
+                spec,
+                cas_md5.as_deref(),
+                &ConfigSource::default(),
+            )?,
+            Op::RemoveConfig { key } => self.remove_config(&mut tx, key, &ConfigSource::default()),
+            Op::PublishConfigFrom {
+                key,
+                spec,
+                cas_md5,
+                source,
+            } => self.publish_config(&mut tx, key, spec, cas_md5.as_deref(), source)?,
+            Op::RemoveConfigFrom { key, source } => self.remove_config(&mut tx, key, source),
             Op::NodeLost { node } => self.node_lost(&mut tx, *node),
             Op::NodeBack { node } => {
                 self.lost_nodes.remove(node);

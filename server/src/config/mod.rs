@@ -108,6 +108,12 @@ pub struct Settings {
     /// Recent changes kept for watch resume.
     #[arg(long, env = "UNDERSTUDY_CHANGE_LOG_CAPACITY")]
     pub change_log_capacity: Option<usize>,
+    /// History entries kept per config.
+    #[arg(long, env = "UNDERSTUDY_CONFIG_HISTORY_PER_CONFIG")]
+    pub config_history_per_config: Option<usize>,
+    /// History entries older than this are dropped, ms.
+    #[arg(long, env = "UNDERSTUDY_CONFIG_HISTORY_MAX_AGE_MS")]
+    pub config_history_max_age_ms: Option<u64>,
     /// Largest accepted HTTP request body, bytes.
     #[arg(long, env = "UNDERSTUDY_MAX_BODY_BYTES")]
     pub max_body_bytes: Option<usize>,
@@ -313,6 +319,8 @@ impl Settings {
             empty_service_ttl_ms,
             zone_key,
             change_log_capacity,
+            config_history_per_config,
+            config_history_max_age_ms,
             max_body_bytes,
             max_metadata_entries,
             max_metadata_key_bytes,

@@ -181,6 +181,8 @@ impl ValidConfig {
             empty_service_ttl_ms: Some(r.empty_service_ttl),
             zone_key: Some(r.zone_key.clone()),
             change_log_capacity: Some(r.change_log_capacity),
+            config_history_per_config: Some(r.history.max_per_config),
+            config_history_max_age_ms: Some(r.history.max_age),
             max_metadata_entries: Some(r.limits.max_metadata_entries),
             max_metadata_key_bytes: Some(r.limits.max_metadata_key_bytes),
             max_metadata_value_bytes: Some(r.limits.max_metadata_value_bytes),
@@ -283,5 +285,17 @@ fn registry(s: &Settings, d: RegistryOptions) -> Result<RegistryOptions, ConfigE
             d.empty_service_ttl,
         )?,
         change_log_capacity: s.change_log_capacity.unwrap_or(d.change_log_capacity),
+        history: understudy_core::HistoryRetention {
+            max_per_config: positive(
+                "config_history_per_config",
+                s.config_history_per_config,
+                d.history.max_per_config,
+            )?,
+            max_age: positive(
+                "config_history_max_age_ms",
+                s.config_history_max_age_ms,
+                d.history.max_age,
+            )?,
+        },
     })
 }

@@ -3,7 +3,7 @@
 //! connection's config subscriber; the tenant each listener sent is kept
 //! as its variant and echoed in answers and pushes.
 
-use understudy_core::{ConfigKey, ConfigSpec, Error as CoreError, Op};
+use understudy_core::{ConfigKey, ConfigSource, ConfigSpec, Error as CoreError, Op};
 use understudy_proto::grpc::Payload;
 use understudy_proto::nacos_rpc::{
     seal, ConfigBatchListenRequest, ConfigChangedBody, ConfigContext, ConfigPublishRequest,
@@ -67,7 +67,20 @@ fn invalid(kind: &str, error: DecodeError) -> Payload {
     )
 }
 
-pub(crate) async fn publish(node: &Node, envelope: &Envelope) -> Result<Payload, Failure> {
+/// Who a connection's config change comes from: its address, and the
+/// `src_user` the request names.
+fn source(conn: &Conn, user: String) -> ConfigSource {
+    ConfigSource {
+        ip: conn.remote_ip().to_owned(),
+        user,
+    }
+}
+
+pub(crate) async fn publish(
+    node: &Node,
+    conn: &Conn,
+    envelope: &Envelope,
+) -> Result<Payload, Failure> {
     const KIND: &str = "ConfigPublishResponse";
     let request: ConfigPublishRequest = envelope.decode()?;
     let key = match request.common.key() {
@@ -89,10 +102,12 @@ pub(crate) async fn publish(node: &Node, envelope: &Envelope) -> Result<Payload,
         tags: request.addition("config_tags"),
         encrypted_data_key: request.addition("encryptedDataKey"),
     };
-    let op = Op::PublishConfig {
+    let source = source(conn, request.addition("src_user"));
+    let op = Op::PublishConfigFrom {
         key,
         spec,
         cas_md5: request.cas_md5.filter(|m| !m.trim().is_empty()),
+        source,
     };
     Ok(match node.propose(op).await {
         Ok(_) => seal(KIND, &Response::ok(Empty {})),
@@ -100,17 +115,24 @@ pub(crate) async fn publish(node: &Node, envelope: &Envelope) -> Result<Payload,
     })
 }
 
-pub(crate) async fn remove(node: &Node, envelope: &Envelope) -> Result<Payload, Failure> {
+pub(crate) async fn remove(
+    node: &Node,
+    conn: &Conn,
+    envelope: &Envelope,
+) -> Result<Payload, Failure> {
     const KIND: &str = "ConfigRemoveResponse";
     let request: ConfigQueryRequest = envelope.decode()?;
     let key = match request.key() {
         Ok(key) => key,
         Err(e) => return Ok(invalid(KIND, e)),
     };
-    Ok(match node.propose(Op::RemoveConfig { key }).await {
-        Ok(_) => seal(KIND, &Response::ok(Empty {})),
-        Err(e) => own_failure(KIND, e),
-    })
+    let source = source(conn, String::new());
+    Ok(
+        match node.propose(Op::RemoveConfigFrom { key, source }).await {
+            Ok(_) => seal(KIND, &Response::ok(Empty {})),
+            Err(e) => own_failure(KIND, e),
+        },
+    )
 }
 
 pub(crate) fn batch_listen(

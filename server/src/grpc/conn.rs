@@ -65,6 +65,12 @@ impl Conn {
         }
     }
 
+    /// The client's IP address, as its id (`<ms>_<ip>_<port>`) holds it.
+    pub(crate) fn remote_ip(&self) -> &str {
+        let rest = self.id.split_once('_').map_or("", |(_, rest)| rest);
+        rest.rsplit_once('_').map_or(rest, |(ip, _)| ip)
+    }
+
     pub(crate) fn is_registered(&self) -> bool {
         self.registered.load(Ordering::Acquire)
     }

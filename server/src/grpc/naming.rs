@@ -83,8 +83,8 @@ pub(crate) async fn dispatch(node: &Node, conn: &Arc<Conn>, envelope: Envelope) 
         Some(RequestKind::Subscribe) => subscribe(node, conn, &envelope),
         Some(RequestKind::ServiceList) => service_list(node, &envelope),
         Some(RequestKind::ConfigQuery) => config::query(node, &envelope),
-        Some(RequestKind::ConfigPublish) => config::publish(node, &envelope).await,
-        Some(RequestKind::ConfigRemove) => config::remove(node, &envelope).await,
+        Some(RequestKind::ConfigPublish) => config::publish(node, conn, &envelope).await,
+        Some(RequestKind::ConfigRemove) => config::remove(node, conn, &envelope).await,
         Some(RequestKind::ConfigBatchListen) => config::batch_listen(node, conn, &envelope),
         Some(RequestKind::ServerCheck | RequestKind::ConnectionSetup) | None => Err(Failure {
             code: NO_HANDLER,

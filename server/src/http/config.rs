@@ -14,6 +14,7 @@ use tokio::sync::broadcast::error::RecvError;
 use understudy_core::{ConfigKey, ConfigSpec, Op};
 use understudy_proto::nacos::{ErrorCode, NacosResult};
 
+use super::caller::Caller;
 use super::error::{v1_true, v2_true, ApiError};
 use super::params::Params;
 use crate::node::Node;
@@ -113,6 +114,7 @@ pub(crate) async fn publish(
     p: &Params,
     headers: &HeaderMap,
     api: Api,
+    caller: &Caller,
 ) -> Result<(), ApiError> {
     let key = key(p, api)?;
     let content = p
@@ -140,39 +142,53 @@ pub(crate) async fn publish(
         .and_then(|v| v.to_str().ok())
         .filter(|v| !v.trim().is_empty())
         .map(str::to_owned);
-    node.propose(Op::PublishConfig { key, spec, cas_md5 })
-        .await?;
+    let source = caller.source(p);
+    node.propose(Op::PublishConfigFrom {
+        key,
+        spec,
+        cas_md5,
+        source,
+    })
+    .await?;
     Ok(())
 }
 
-pub(crate) async fn remove(node: &Node, p: &Params, api: Api) -> Result<(), ApiError> {
+pub(crate) async fn remove(
+    node: &Node,
+    p: &Params,
+    api: Api,
+    caller: &Caller,
+) -> Result<(), ApiError> {
     let key = key(p, api)?;
-    node.propose(Op::RemoveConfig { key }).await?;
+    let source = caller.source(p);
+    node.propose(Op::RemoveConfigFrom { key, source }).await?;
     Ok(())
 }
 
 pub(crate) async fn publish_v1(
     State(node): State<Node>,
+    caller: Caller,
     headers: HeaderMap,
     params: Input,
 ) -> Response {
-    v1_true(async { publish(&node, &params?, &headers, Api::V1).await }.await)
+    v1_true(async { publish(&node, &params?, &headers, Api::V1, &caller).await }.await)
 }
 
 pub(crate) async fn publish_v2(
     State(node): State<Node>,
+    caller: Caller,
     headers: HeaderMap,
     params: Input,
 ) -> Response {
-    v2_true(async { publish(&node, &params?, &headers, Api::V2).await }.await)
+    v2_true(async { publish(&node, &params?, &headers, Api::V2, &caller).await }.await)
 }
 
-pub(crate) async fn remove_v1(State(node): State<Node>, params: Input) -> Response {
-    v1_true(async { remove(&node, &params?, Api::V1).await }.await)
+pub(crate) async fn remove_v1(State(node): State<Node>, caller: Caller, params: Input) -> Response {
+    v1_true(async { remove(&node, &params?, Api::V1, &caller).await }.await)
 }
 
-pub(crate) async fn remove_v2(State(node): State<Node>, params: Input) -> Response {
-    v2_true(async { remove(&node, &params?, Api::V2).await }.await)
+pub(crate) async fn remove_v2(State(node): State<Node>, caller: Caller, params: Input) -> Response {
+    v2_true(async { remove(&node, &params?, Api::V2, &caller).await }.await)
 }
 
 /// One record of `Listening-Configs`: the key, the tenant as the client

@@ -112,12 +112,20 @@ pub(crate) async fn guard(State(node): State<Node>, request: Request, next: Next
         _ if !auth.enabled() => return next.run(request).await,
         needed => {
             let limit = node.config().http.max_body_bytes;
-            let (request, token) = match token(request, limit).await {
+            let (mut request, token) = match token(request, limit).await {
                 Ok(found) => found,
                 Err(refused) => return refused,
             };
-            match auth.check(token.as_deref(), needed != Access::User, node.now()) {
-                Ok(()) => return next.run(request).await,
+            match auth.verify(token.as_deref(), node.now()) {
+                Ok(identity) if needed != Access::User && !identity.admin => {
+                    crate::auth::Denied::NotAdmin(identity.user).to_string()
+                }
+                Ok(identity) => {
+                    // Handlers read who called (a config's history names
+                    // its publisher).
+                    request.extensions_mut().insert(identity);
+                    return next.run(request).await;
+                }
                 Err(denied) => denied.to_string(),
             }
         }

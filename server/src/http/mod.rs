@@ -5,11 +5,13 @@
 //! `naming`, `config`, `ops` and `v3`, errors are rendered in `error`.
 
 mod backup;
+mod caller;
 mod chaos;
 pub(crate) mod config;
 mod console;
 pub(crate) mod error;
 mod guard;
+mod history;
 pub(crate) mod naming;
 pub(crate) mod ops;
 pub(crate) mod params;
@@ -154,6 +156,9 @@ pub fn router(node: Node) -> Router {
                 .delete(config::remove_v1),
         )
         .route("/nacos/v1/cs/configs/listener", post(config::listen))
+        .route("/nacos/v1/cs/history", get(history::v1))
+        .route("/nacos/v1/cs/history/previous", get(history::v1_previous))
+        .route("/nacos/v1/cs/history/configs", get(history::v1_configs))
         .route(
             "/nacos/v2/cs/config",
             get(config::get_v2)

@@ -9,9 +9,10 @@ use thiserror::Error;
 /// The format this build writes.
 pub const FORMAT: u8 = 4;
 
-/// Older formats this build reads as [`FORMAT`]: format 4 only added
-/// commands at the end of `Op`, so every format-3 payload means the same
-/// in format 4.
+/// Older formats this build reads as [`FORMAT`]: format 4 added commands
+/// at the end of `Op` and fields to the snapshot, so every format-3 entry
+/// and message means the same in format 4; a format-3 snapshot body is
+/// read by `legacy.rs`.
 const READS: &[u8] = &[3];
 
 /// Why bytes could not be decoded.

@@ -16,6 +16,7 @@
 pub mod codec;
 pub mod disk;
 pub mod gate;
+mod legacy;
 pub mod network;
 pub mod relay;
 pub mod store;

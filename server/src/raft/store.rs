@@ -249,12 +249,21 @@ impl Waiters {
 
 /// The snapshot's content.
 #[derive(Debug, Serialize, Deserialize)]
-struct SnapshotBody {
-    last_applied: Option<LogId<NodeId>>,
-    membership: StoredMembership<NodeId, Member>,
-    registry: RegistrySnapshot,
+pub(super) struct SnapshotBody {
+    pub(super) last_applied: Option<LogId<NodeId>>,
+    pub(super) membership: StoredMembership<NodeId, Member>,
+    pub(super) registry: RegistrySnapshot,
     /// The cluster's history id (see [`StateMachine::genesis`]).
-    genesis: Option<String>,
+    pub(super) genesis: Option<String>,
+}
+
+/// Reads a snapshot body of this build's format, or of the previous one
+/// (see `legacy.rs`).
+pub(super) fn decode_body(bytes: &[u8]) -> Result<SnapshotBody, codec::CodecError> {
+    match bytes.split_first() {
+        Some((&super::legacy::FORMAT, body)) => Ok(super::legacy::read(body)?),
+        _ => codec::decode(bytes),
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -323,7 +332,7 @@ impl StateMachine {
         snapshot: Option<PersistedSnapshot>,
     ) -> Result<Self, codec::CodecError> {
         if let Some(snapshot) = snapshot {
-            let body: SnapshotBody = codec::decode(&snapshot.bytes)?;
+            let body = decode_body(&snapshot.bytes)?;
             self.state.restore(body.registry);
             self.learn_genesis(body.genesis);
             self.last_applied = snapshot.meta.last_log_id;
@@ -455,7 +464,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let started = std::time::Instant::now();
         let bytes = snapshot.into_inner();
         let size = bytes.len();
-        let body: SnapshotBody = codec::decode(&bytes).map_err(io_error)?;
+        let body = decode_body(&bytes).map_err(io_error)?;
         let stored = StoredSnapshot {
             meta: meta.clone(),
             bytes: Arc::new(bytes),

@@ -8,14 +8,16 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
-use axum::routing::get;
+use axum::routing::{delete, get};
 use serde::Serialize;
-use understudy_core::{ConfigItem, ConfigKey, NamespaceId};
+use understudy_core::{ConfigItem, ConfigKey, HistoryEntry, NamespaceId, Op};
 use understudy_proto::nacos::ErrorCode;
 use understudy_proto::nacos3::Page;
 
+use super::super::caller::Caller;
 use super::super::config::{self as shared, Api};
 use super::super::error::ApiError;
+use super::super::history;
 use super::super::params::Params;
 use super::{done, page, reply, Route};
 use crate::node::Node;
@@ -30,6 +32,11 @@ pub(super) fn routes() -> Vec<Route> {
             get(admin_get).post(publish).delete(remove),
         ),
         ("/nacos/v3/admin/cs/config/list", get(list)),
+        ("/nacos/v3/admin/cs/config/batch", delete(remove_batch)),
+        ("/nacos/v3/admin/cs/history/list", get(history_list)),
+        ("/nacos/v3/admin/cs/history", get(history_get)),
+        ("/nacos/v3/admin/cs/history/previous", get(history_previous)),
+        ("/nacos/v3/admin/cs/history/configs", get(history_configs)),
     ]
 }
 
@@ -82,10 +89,13 @@ async fn client_get(State(node): State<Node>, params: Input) -> Response {
 }
 
 /// A config as Nacos' `ConfigBasicInfo` (lists) and, with its content,
-/// `ConfigDetailInfo` (`GET /cs/config`).
+/// `ConfigDetailInfo` (`GET /cs/config`); a history entry as
+/// `ConfigHistoryBasicInfo` and `ConfigHistoryDetailInfo`. Ids are
+/// strings, as Nacos writes them.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct ConfigInfo {
+    id: String,
     namespace_id: String,
     group_name: String,
     data_id: String,
@@ -95,33 +105,78 @@ struct ConfigInfo {
     app_name: String,
     create_time: u64,
     modify_time: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    content: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    desc: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    encrypted_data_key: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    config_tags: Option<String>,
+    #[serde(flatten)]
+    detail: Option<Detail>,
+    #[serde(flatten)]
+    history: Option<History>,
+}
+
+/// What a detail adds to the basic info.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Detail {
+    content: String,
+    desc: String,
+    encrypted_data_key: String,
+    create_user: String,
+    create_ip: String,
+    config_tags: String,
+}
+
+/// What a history entry adds.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct History {
+    src_ip: String,
+    src_user: String,
+    op_type: &'static str,
+    publish_type: &'static str,
+    gray_name: String,
 }
 
 impl ConfigInfo {
     fn new(key: &ConfigKey, item: &ConfigItem, detail: bool) -> Self {
-        let detail_of = |value: &String| detail.then(|| value.clone());
         Self {
+            id: item.id.to_string(),
             namespace_id: key.namespace.to_string(),
             group_name: key.group.clone(),
             data_id: key.data_id.clone(),
             md5: item.md5.clone(),
             kind: item.kind.clone(),
             app_name: item.app_name.clone(),
-            create_time: item.last_modified,
+            create_time: item.created,
             modify_time: item.last_modified,
-            content: detail_of(&item.content),
-            desc: detail_of(&item.desc),
-            encrypted_data_key: detail_of(&item.encrypted_data_key),
-            config_tags: detail_of(&item.tags),
+            detail: detail.then(|| Detail {
+                content: item.content.clone(),
+                desc: item.desc.clone(),
+                encrypted_data_key: item.encrypted_data_key.clone(),
+                create_user: item.created_by.user.clone(),
+                create_ip: item.created_by.ip.clone(),
+                config_tags: item.tags.clone(),
+            }),
+            history: None,
         }
+    }
+
+    /// A history entry: its id is the entry's, its times the entry's,
+    /// and its item what the entry recorded.
+    fn entry(entry: &HistoryEntry, detail: bool) -> Self {
+        let mut info = Self::new(&entry.key, &entry.item, detail);
+        info.id = entry.nid.to_string();
+        info.create_time = entry.at;
+        info.modify_time = entry.at;
+        info.history = Some(History {
+            src_ip: entry.source.ip.clone(),
+            src_user: entry.source.user.clone(),
+            op_type: entry.op.letter(),
+            publish_type: if entry.gray_name.is_empty() {
+                "formal"
+            } else {
+                "gray"
+            },
+            gray_name: entry.gray_name.clone(),
+        });
+        info
     }
 }
 
@@ -132,12 +187,17 @@ async fn admin_get(State(node): State<Node>, params: Input) -> Response {
     }))
 }
 
-async fn publish(State(node): State<Node>, headers: HeaderMap, params: Input) -> Response {
-    done(async { shared::publish(&node, &params?, &headers, Api::V3).await }.await)
+async fn publish(
+    State(node): State<Node>,
+    caller: Caller,
+    headers: HeaderMap,
+    params: Input,
+) -> Response {
+    done(async { shared::publish(&node, &params?, &headers, Api::V3, &caller).await }.await)
 }
 
-async fn remove(State(node): State<Node>, params: Input) -> Response {
-    done(async { shared::remove(&node, &params?, Api::V3).await }.await)
+async fn remove(State(node): State<Node>, caller: Caller, params: Input) -> Response {
+    done(async { shared::remove(&node, &params?, Api::V3, &caller).await }.await)
 }
 
 /// How `GET /cs/config/list` matches `dataId`, `groupName` and the tags,
@@ -232,6 +292,87 @@ async fn list(State(node): State<Node>, params: Input) -> Response {
             })
             .map(|(k, c)| ConfigInfo::new(k, c, detail));
         Ok(Page::slice(found, page_no, page_size))
+    }))
+}
+
+/// `DELETE /cs/config/batch?ids=1,2`: removes the configs with these ids
+/// (unknown ids are skipped), in one log entry.
+async fn remove_batch(State(node): State<Node>, caller: Caller, params: Input) -> Response {
+    done(
+        async {
+            let p = params?;
+            let raw = p.required("ids")?;
+            let mut ids = Vec::new();
+            for id in raw.split(',').map(str::trim).filter(|id| !id.is_empty()) {
+                ids.push(id.parse::<u64>().map_err(|_| {
+                    ApiError::invalid(
+                        "ids",
+                        format!("'{}' is not a config id", super::super::params::clip(id)),
+                    )
+                })?);
+            }
+            let source = caller.source(&p);
+            let ops: Vec<Op> = {
+                let registry = node.registry();
+                ids.iter()
+                    .filter_map(|id| registry.config_by_id(*id).map(|(k, _)| k.clone()))
+                    .map(|key| Op::RemoveConfigFrom {
+                        key,
+                        source: source.clone(),
+                    })
+                    .collect()
+            };
+            node.propose_all(ops).await?;
+            Ok(())
+        }
+        .await,
+    )
+}
+
+/// `GET /cs/history/list`: a page of a config's history, newest first.
+async fn history_list(State(node): State<Node>, params: Input) -> Response {
+    reply(params.and_then(|p| {
+        let key = shared::key(&p, Api::V3)?;
+        let (page_no, page_size) = page(&p)?;
+        let page = history::page_of(&node, &key, page_no, page_size);
+        let items = page
+            .page_items
+            .iter()
+            .map(|e| ConfigInfo::entry(e, false))
+            .collect();
+        Ok(Page::of(page.total_count, page_no, page_size, items))
+    }))
+}
+
+/// `GET /cs/history?nid=`: one entry with its content.
+async fn history_get(State(node): State<Node>, params: Input) -> Response {
+    reply(params.and_then(|p| {
+        let nid = history::id_param(&p, "nid")?;
+        let entry = history::entry(&node, nid, &shared::key(&p, Api::V3)?)?;
+        Ok(ConfigInfo::entry(&entry, true))
+    }))
+}
+
+/// `GET /cs/history/previous?id=`: the newest entry of the config whose
+/// id is `id`.
+async fn history_previous(State(node): State<Node>, params: Input) -> Response {
+    reply(params.and_then(|p| {
+        let id = history::id_param(&p, "id")?;
+        let entry = history::previous(&node, id, &shared::key(&p, Api::V3)?)?;
+        Ok(ConfigInfo::entry(&entry, true))
+    }))
+}
+
+/// `GET /cs/history/configs?namespaceId=`: the namespace's configs.
+async fn history_configs(State(node): State<Node>, params: Input) -> Response {
+    reply(params.and_then(|p| {
+        let namespace = NamespaceId::parse(p.required("namespaceId")?)
+            .map_err(|e| ApiError::invalid("namespaceId", e.to_string()))?;
+        let registry = node.registry();
+        Ok(registry
+            .configs_in(&namespace)
+            .map(|(k, item)| ConfigInfo::new(k, item, false))
+            .collect::<Vec<_>>())
     }))
 }
 

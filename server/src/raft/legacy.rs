@@ -1,0 +1,141 @@
+//! Snapshot bodies of format 3, the previous version's: configs without
+//! ids, origins or history. A data dir or a peer of that version still
+//! loads; its configs get ids in key order and empty histories.
+
+use std::sync::Arc;
+
+use openraft::{LogId, StoredMembership};
+use serde::Deserialize;
+use understudy_core::{
+    ConfigItem, ConfigKey, ConfigSource, Millis, NamespaceId, NamespaceInfo, RegistrySnapshot,
+    Service,
+};
+
+use super::store::SnapshotBody;
+use super::{Member, NodeId};
+
+/// The format of these bodies.
+pub(super) const FORMAT: u8 = 3;
+
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+struct SnapshotBodyV3 {
+    last_applied: Option<LogId<NodeId>>,
+    membership: StoredMembership<NodeId, Member>,
+    registry: RegistryV3,
+    genesis: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+struct RegistryV3 {
+    revision: u64,
+    namespaces: Vec<(NamespaceId, NamespaceInfo)>,
+    services: Vec<Arc<Service>>,
+    configs: Vec<(ConfigKey, ConfigItemV3)>,
+    lost_nodes: Vec<u64>,
+}
+
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+struct ConfigItemV3 {
+    content: String,
+    md5: String,
+    kind: String,
+    last_modified: Millis,
+    app_name: String,
+    desc: String,
+    tags: String,
+    encrypted_data_key: String,
+}
+
+/// Reads a format-3 body (without its version byte).
+pub(super) fn read(body: &[u8]) -> Result<SnapshotBody, postcard::Error> {
+    let old: SnapshotBodyV3 = postcard::from_bytes(body)?;
+    let mut serial = 0;
+    let configs = old
+        .registry
+        .configs
+        .into_iter()
+        .map(|(key, item)| {
+            serial += 1;
+            let item = ConfigItem {
+                id: serial,
+                created: item.last_modified,
+                created_by: ConfigSource::default(),
+                content: item.content,
+                md5: item.md5,
+                kind: item.kind,
+                last_modified: item.last_modified,
+                app_name: item.app_name,
+                desc: item.desc,
+                tags: item.tags,
+                encrypted_data_key: item.encrypted_data_key,
+            };
+            (key, Arc::new(item))
+        })
+        .collect();
+    Ok(SnapshotBody {
+        last_applied: old.last_applied,
+        membership: old.membership,
+        registry: RegistrySnapshot {
+            revision: old.registry.revision,
+            namespaces: old.registry.namespaces,
+            services: old.registry.services,
+            configs,
+            history: Vec::new(),
+            serial,
+            lost_nodes: old.registry.lost_nodes,
+        },
+        genesis: old.genesis,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_format_3_snapshot_loads_with_ids_for_its_configs() {
+        let item = |content: &str| ConfigItemV3 {
+            content: content.to_owned(),
+            md5: understudy_core::content_md5(content),
+            kind: "text".to_owned(),
+            last_modified: 42,
+            app_name: String::new(),
+            desc: String::new(),
+            tags: String::new(),
+            encrypted_data_key: String::new(),
+        };
+        let written = SnapshotBodyV3 {
+            last_applied: None,
+            membership: StoredMembership::default(),
+            registry: RegistryV3 {
+                revision: 7,
+                namespaces: vec![],
+                services: vec![],
+                configs: vec![
+                    (ConfigKey::parse("", "g", "a").unwrap(), item("one")),
+                    (ConfigKey::parse("", "g", "b").unwrap(), item("two")),
+                ],
+                lost_nodes: vec![3],
+            },
+            genesis: Some("cluster".to_owned()),
+        };
+        let mut bytes = vec![FORMAT];
+        postcard::to_io(&written, &mut bytes).unwrap();
+        let body = super::super::store::decode_body(&bytes).expect("format 3 loads");
+        assert_eq!(body.registry.revision, 7);
+        assert_eq!(body.registry.lost_nodes, vec![3]);
+        assert_eq!(body.genesis.as_deref(), Some("cluster"));
+        let configs: Vec<(&str, &str, u64)> = body
+            .registry
+            .configs
+            .iter()
+            .map(|(k, i)| (k.data_id.as_str(), i.content.as_str(), i.id))
+            .collect();
+        assert_eq!(configs, vec![("a", "one", 1), ("b", "two", 2)]);
+        assert_eq!(body.registry.serial, 2, "new ids start after them");
+        assert_eq!(body.registry.configs[0].1.created, 42);
+    }
+}
