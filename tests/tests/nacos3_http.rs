@@ -1024,3 +1024,55 @@ async fn config_history_is_kept_listed_read_and_rolled_back() -> anyhow::Result<
     assert_eq!(page["pageItems"][0]["srcIp"], "127.0.0.1");
     server.stop().await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn as_nacos3_the_retired_endpoints_answer_410_and_the_client_ones_stay() -> anyhow::Result<()>
+{
+    let server = Server::start(Settings {
+        nacos_api_compat: Some("nacos3".to_owned()),
+        ..Settings::default()
+    })
+    .await?;
+    let http = reqwest::Client::new();
+    for (method, path) in [
+        (Method::GET, "/nacos/v2/ns/instance/list?serviceName=a"),
+        (Method::POST, "/nacos/v2/cs/config"),
+        (Method::GET, "/nacos/v1/ns/service?serviceName=a"),
+        (Method::GET, "/nacos/v1/console/namespaces"),
+        (
+            Method::GET,
+            "/nacos/v1/cs/configs?search=blur&dataId=&group=",
+        ),
+    ] {
+        let reply = http
+            .request(method.clone(), server.url(path))
+            .send()
+            .await?;
+        assert_eq!(reply.status(), StatusCode::GONE, "{method} {path}");
+        let body: Value = reply.json().await?;
+        assert_eq!(body["code"], 40000, "{body}");
+        assert!(
+            body["message"].as_str().unwrap().contains("/nacos/v3/"),
+            "{body}"
+        );
+    }
+    let registered = http
+        .post(server.url("/nacos/v1/ns/instance"))
+        .form(&[("serviceName", "a"), ("ip", "10.0.0.1"), ("port", "80")])
+        .send()
+        .await?;
+    assert_eq!(registered.status(), StatusCode::OK);
+    let list = server.instance_list("serviceName=a").await;
+    assert_eq!(list["hosts"][0]["ip"], "10.0.0.1", "{list}");
+    let v3 = data(
+        call(
+            &server,
+            Method::GET,
+            "/nacos/v3/client/ns/instance/list",
+            &[("serviceName", "a")],
+        )
+        .await,
+    );
+    assert_eq!(v3[0]["ip"], "10.0.0.1");
+    server.stop().await
+}

@@ -38,13 +38,46 @@ pub(super) fn positive_ms(
     positive(key, value, ms(default)).map(Duration::from_millis)
 }
 
-/// The HTTP port's own limits.
+/// Which Nacos HTTP APIs the HTTP port serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ApiCompat {
+    /// v1, v2 and v3.
+    #[default]
+    Superset,
+    /// What a stock Nacos 3.0/3.1 serves: v3 and the v1 client endpoints;
+    /// every other v1 and v2 endpoint answers 410.
+    Nacos3,
+}
+
+impl ApiCompat {
+    fn parse(raw: &str) -> Result<Self, ConfigError> {
+        match raw.trim() {
+            "superset" => Ok(Self::Superset),
+            "nacos3" => Ok(Self::Nacos3),
+            other => Err(invalid(
+                "nacos_api_compat",
+                format!("'{other}' is neither superset nor nacos3"),
+            )),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Superset => "superset",
+            Self::Nacos3 => "nacos3",
+        }
+    }
+}
+
+/// The HTTP port's own limits and the Nacos APIs it serves.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpConfig {
     /// Largest accepted request body, bytes.
     pub max_body_bytes: usize,
     /// Shortest hold of a v1 config long poll.
     pub long_poll_floor: Duration,
+    /// Which Nacos HTTP APIs are served.
+    pub compat: ApiCompat,
 }
 
 impl Default for HttpConfig {
@@ -53,6 +86,7 @@ impl Default for HttpConfig {
             max_body_bytes: 1 << 20,
             // Nacos' floor.
             long_poll_floor: Duration::from_secs(10),
+            compat: ApiCompat::default(),
         }
     }
 }
@@ -69,12 +103,17 @@ impl HttpConfig {
             long_poll_floor: s
                 .long_poll_floor_ms
                 .map_or(d.long_poll_floor, Duration::from_millis),
+            compat: s
+                .nacos_api_compat
+                .as_deref()
+                .map_or(Ok(d.compat), ApiCompat::parse)?,
         })
     }
 
     pub(super) fn lower(&self, s: &mut Settings) {
         s.max_body_bytes = Some(self.max_body_bytes);
         s.long_poll_floor_ms = Some(ms(self.long_poll_floor));
+        s.nacos_api_compat = Some(self.compat.name().to_owned());
     }
 }
 

@@ -24,7 +24,8 @@ mod valid;
 
 pub use cluster::{ClusterConfig, Workarounds};
 pub use groups::{
-    AdmissionConfig, ChaosConfig, Check, GrpcConfig, HttpConfig, ProbeConfig, WriteConfig,
+    AdmissionConfig, ApiCompat, ChaosConfig, Check, GrpcConfig, HttpConfig, ProbeConfig,
+    WriteConfig,
 };
 pub use security::{AuthConfig, TlsConfig};
 pub use valid::ValidConfig;
@@ -189,6 +190,11 @@ pub struct Settings {
     /// Shortest hold of a v1 config long poll, ms (Nacos: 10000).
     #[arg(long, env = "UNDERSTUDY_LONG_POLL_FLOOR_MS")]
     pub long_poll_floor_ms: Option<u64>,
+    /// Which Nacos HTTP APIs are served: `superset` (v1, v2 and v3) or
+    /// `nacos3` (what a stock Nacos 3.0/3.1 serves: v3 and the v1 client
+    /// endpoints; the rest answers 410).
+    #[arg(long, env = "UNDERSTUDY_NACOS_API_COMPAT")]
+    pub nacos_api_compat: Option<String>,
     /// How long shutdown waits for requests and tasks to finish, ms.
     #[arg(long, env = "UNDERSTUDY_SHUTDOWN_GRACE_MS")]
     pub shutdown_grace_ms: Option<u64>,
@@ -346,6 +352,7 @@ impl Settings {
             watch_buffer,
             max_config_bytes,
             long_poll_floor_ms,
+            nacos_api_compat,
             shutdown_grace_ms,
             raft_port,
             raft_advertise,

@@ -421,6 +421,7 @@ max_grpc_message_bytes = 25
 watch_buffer = 26
 max_config_bytes = 27
 long_poll_floor_ms = 28
+nacos_api_compat = "nacos3"
 shutdown_grace_ms = 29
 raft_port = 7001
 raft_advertise = "node3.example:7001"

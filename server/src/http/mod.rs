@@ -7,6 +7,7 @@
 mod backup;
 mod caller;
 mod chaos;
+mod compat;
 pub(crate) mod config;
 mod console;
 pub(crate) mod error;
@@ -53,6 +54,7 @@ pub fn router(node: Node) -> Router {
     let max_body = node.config().http.max_body_bytes;
     let node_for_guard = node.clone();
     let node_for_shed = node.clone();
+    let node_for_compat = node.clone();
     let state = AppState {
         node,
         metrics: crate::metrics::handle(),
@@ -198,6 +200,11 @@ pub fn router(node: Node) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(node_for_shed, shed))
         .layer(middleware::from_fn_with_state(node_for_guard, guard::guard))
+        // Retired endpoints answer 410 before any other check, as Nacos 3.
+        .layer(middleware::from_fn_with_state(
+            node_for_compat,
+            compat::retire,
+        ))
         .layer(middleware::from_fn(record))
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(state)

@@ -12,7 +12,7 @@ pub const FORMAT: u8 = 4;
 /// Older formats this build reads as [`FORMAT`]: format 4 added commands
 /// at the end of `Op` and fields to the snapshot, so every format-3 entry
 /// and message means the same in format 4; a format-3 snapshot body is
-/// read by `legacy.rs`.
+/// read by `snapshot.rs`.
 const READS: &[u8] = &[3];
 
 /// Why bytes could not be decoded.

@@ -16,9 +16,9 @@
 pub mod codec;
 pub mod disk;
 pub mod gate;
-mod legacy;
 pub mod network;
 pub mod relay;
+mod snapshot;
 pub mod store;
 pub mod ticks;
 pub mod writer;

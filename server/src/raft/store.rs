@@ -18,12 +18,12 @@ use openraft::{
     Entry, EntryPayload, LogId, OptionalSend, RaftLogReader, RaftSnapshotBuilder, SnapshotMeta,
     StorageError, StorageIOError, StoredMembership, Vote,
 };
-use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
-use understudy_core::{Change, RegistrySnapshot};
+use understudy_core::Change;
 
 use super::codec;
 use super::disk::{Disk, Loaded, PersistedSnapshot, StoreError};
+use super::snapshot::{decode_body, SnapshotBody};
 use super::{BatchApplied, Member, NodeId, TypeConfig};
 use crate::clock::Clock;
 use crate::state::State;
@@ -244,25 +244,6 @@ impl Waiters {
             // The caller may have given up; the write stands.
             let _ = tx.send(results);
         }
-    }
-}
-
-/// The snapshot's content.
-#[derive(Debug, Serialize, Deserialize)]
-pub(super) struct SnapshotBody {
-    pub(super) last_applied: Option<LogId<NodeId>>,
-    pub(super) membership: StoredMembership<NodeId, Member>,
-    pub(super) registry: RegistrySnapshot,
-    /// The cluster's history id (see [`StateMachine::genesis`]).
-    pub(super) genesis: Option<String>,
-}
-
-/// Reads a snapshot body of this build's format, or of the previous one
-/// (see `legacy.rs`).
-pub(super) fn decode_body(bytes: &[u8]) -> Result<SnapshotBody, codec::CodecError> {
-    match bytes.split_first() {
-        Some((&super::legacy::FORMAT, body)) => Ok(super::legacy::read(body)?),
-        _ => codec::decode(bytes),
     }
 }
 

@@ -1,21 +1,40 @@
-//! Snapshot bodies of format 3, the previous version's: configs without
+//! What a raft snapshot holds, and how it is read: in this build's
+//! format, or in format 3, the previous version's, whose configs had no
 //! ids, origins or history. A data dir or a peer of that version still
 //! loads; its configs get ids in key order and empty histories.
 
 use std::sync::Arc;
 
 use openraft::{LogId, StoredMembership};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use understudy_core::{
     ConfigItem, ConfigKey, ConfigSource, Millis, NamespaceId, NamespaceInfo, RegistrySnapshot,
     Service,
 };
 
-use super::store::SnapshotBody;
+use super::codec;
 use super::{Member, NodeId};
 
-/// The format of these bodies.
-pub(super) const FORMAT: u8 = 3;
+/// The snapshot's content.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct SnapshotBody {
+    pub(super) last_applied: Option<LogId<NodeId>>,
+    pub(super) membership: StoredMembership<NodeId, Member>,
+    pub(super) registry: RegistrySnapshot,
+    /// The cluster's history id (the state machine's genesis).
+    pub(super) genesis: Option<String>,
+}
+
+/// Reads a snapshot body of this build's format, or of format 3.
+pub(super) fn decode_body(bytes: &[u8]) -> Result<SnapshotBody, codec::CodecError> {
+    match bytes.split_first() {
+        Some((&FORMAT_3, body)) => Ok(read_format_3(body)?),
+        _ => codec::decode(bytes),
+    }
+}
+
+/// The previous version's format.
+const FORMAT_3: u8 = 3;
 
 #[derive(Deserialize)]
 #[cfg_attr(test, derive(serde::Serialize))]
@@ -50,7 +69,7 @@ struct ConfigItemV3 {
 }
 
 /// Reads a format-3 body (without its version byte).
-pub(super) fn read(body: &[u8]) -> Result<SnapshotBody, postcard::Error> {
+fn read_format_3(body: &[u8]) -> Result<SnapshotBody, postcard::Error> {
     let old: SnapshotBodyV3 = postcard::from_bytes(body)?;
     let mut serial = 0;
     let configs = old
@@ -122,9 +141,9 @@ mod tests {
             },
             genesis: Some("cluster".to_owned()),
         };
-        let mut bytes = vec![FORMAT];
+        let mut bytes = vec![FORMAT_3];
         postcard::to_io(&written, &mut bytes).unwrap();
-        let body = super::super::store::decode_body(&bytes).expect("format 3 loads");
+        let body = decode_body(&bytes).expect("format 3 loads");
         assert_eq!(body.registry.revision, 7);
         assert_eq!(body.registry.lost_nodes, vec![3]);
         assert_eq!(body.genesis.as_deref(), Some("cluster"));
