@@ -40,6 +40,7 @@
 mod admission;
 pub mod auth;
 pub mod cli;
+mod clients;
 pub mod clock;
 pub mod config;
 pub mod ctl;

@@ -190,6 +190,11 @@ impl<K: Topic> Subscriber<K> {
         }
     }
 
+    /// The topics it subscribes to.
+    pub(crate) fn keys(&self) -> Vec<K> {
+        lock(&self.state).subs.keys().cloned().collect()
+    }
+
     /// Woken when a push may be due.
     pub(crate) fn wake(&self) -> &Notify {
         &self.wake

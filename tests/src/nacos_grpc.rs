@@ -100,7 +100,7 @@ impl RawClient {
             answers,
         ));
         let setup = json!({"headers":{},"module":"internal","clientVersion":"understudy-tests",
-            "tenant":"","labels":{"source":"sdk","module":"naming"},"abilityTable":{}});
+            "tenant":"","labels":{"source":"sdk","module":"naming","AppName":"tests-app"},"abilityTable":{}});
         stream
             .send(payload("ConnectionSetupRequest", &setup))
             .await?;

@@ -1076,3 +1076,201 @@ async fn as_nacos3_the_retired_endpoints_answer_410_and_the_client_ones_stay() -
     assert_eq!(v3[0]["ip"], "10.0.0.1");
     server.stop().await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_plane_reports_clients_what_they_publish_subscribe_and_listen_to(
+) -> anyhow::Result<()> {
+    let server = Server::start(Settings::default()).await?;
+    let grpc = understudy_tests::nacos_grpc::RawClient::connect(server.grpc, None).await?;
+    let id = grpc.connection_id.clone();
+    grpc.register("orders", "10.0.3.1", 8080).await?;
+    grpc.subscribe("orders").await?;
+    let (kind, _) = grpc
+        .call(
+            "ConfigBatchListenRequest",
+            json!({"headers":{},"listen":true,"configListenContexts":[
+                {"dataId":"app.yaml","group":"shop","tenant":"","md5":"abc"}]}),
+        )
+        .await?;
+    assert_eq!(kind, "ConfigChangeBatchListenResponse");
+    // An HTTP registration is a client too.
+    data(
+        call(
+            &server,
+            Method::POST,
+            "/nacos/v3/admin/ns/instance",
+            &[
+                ("serviceName", "orders"),
+                ("ip", "10.0.3.2"),
+                ("port", "9090"),
+            ],
+        )
+        .await,
+    );
+
+    let ns = "/nacos/v3/admin/ns";
+    let ids = data(call(&server, Method::GET, &format!("{ns}/client/list"), &[]).await);
+    let ids: Vec<&str> = ids
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(ids.contains(&id.as_str()), "{ids:?}");
+    assert!(ids.contains(&"10.0.3.2:9090#true"), "{ids:?}");
+
+    let one = data(
+        call(
+            &server,
+            Method::GET,
+            &format!("{ns}/client"),
+            &[("clientId", &id)],
+        )
+        .await,
+    );
+    assert_eq!(one["clientType"], "connection");
+    assert_eq!(one["connectType"], "GRPC");
+    assert_eq!(one["appName"], "tests-app");
+    assert_eq!(one["version"], "understudy-tests");
+    assert_eq!(one["clientIp"], "127.0.0.1");
+    let http = data(
+        call(
+            &server,
+            Method::GET,
+            &format!("{ns}/client"),
+            &[("clientId", "10.0.3.2:9090#true")],
+        )
+        .await,
+    );
+    assert_eq!(http["clientType"], "ipPort");
+    assert_eq!(http["ephemeral"], true);
+    refused(
+        call(
+            &server,
+            Method::GET,
+            &format!("{ns}/client"),
+            &[("clientId", "nobody")],
+        )
+        .await,
+        StatusCode::NOT_FOUND,
+        20004,
+        "nobody",
+    );
+    refused(
+        call(&server, Method::GET, &format!("{ns}/client"), &[]).await,
+        StatusCode::BAD_REQUEST,
+        10000,
+        "clientId",
+    );
+
+    let published = data(
+        call(
+            &server,
+            Method::GET,
+            &format!("{ns}/client/publish/list"),
+            &[("clientId", &id)],
+        )
+        .await,
+    );
+    assert_eq!(published[0]["serviceName"], "orders", "{published}");
+    assert_eq!(published[0]["publisherInfo"]["ip"], "10.0.3.1");
+    let subscribed = data(
+        call(
+            &server,
+            Method::GET,
+            &format!("{ns}/client/subscribe/list"),
+            &[("clientId", &id)],
+        )
+        .await,
+    );
+    assert_eq!(subscribed[0]["serviceName"], "orders", "{subscribed}");
+    assert_eq!(subscribed[0]["subscriberInfo"]["appName"], "tests-app");
+
+    let publishers = data(
+        call(
+            &server,
+            Method::GET,
+            &format!("{ns}/client/service/publisher/list"),
+            &[("serviceName", "orders")],
+        )
+        .await,
+    );
+    let mut owners: Vec<&str> = publishers
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["clientId"].as_str().unwrap())
+        .collect();
+    owners.sort_unstable();
+    let mut expected = vec![id.as_str(), "10.0.3.2:9090#true"];
+    expected.sort_unstable();
+    assert_eq!(owners, expected);
+    let subscribers = data(
+        call(
+            &server,
+            Method::GET,
+            &format!("{ns}/client/service/subscriber/list"),
+            &[("serviceName", "orders")],
+        )
+        .await,
+    );
+    assert_eq!(subscribers[0]["clientId"], id.as_str(), "{subscribers}");
+    let page = data(
+        call(
+            &server,
+            Method::GET,
+            &format!("{ns}/service/subscribers"),
+            &[("serviceName", "orders")],
+        )
+        .await,
+    );
+    assert_eq!(page["totalCount"], 1, "{page}");
+    assert_eq!(page["pageItems"][0]["ip"], "127.0.0.1");
+    assert_eq!(page["pageItems"][0]["agent"], "understudy-tests");
+
+    let metrics = data(
+        call(
+            &server,
+            Method::GET,
+            &format!("{ns}/ops/metrics"),
+            &[("onlyStatus", "false")],
+        )
+        .await,
+    );
+    assert_eq!(metrics["status"], "UP");
+    assert_eq!(metrics["instanceCount"], 2);
+    assert_eq!(metrics["subscribeCount"], 1);
+    assert_eq!(metrics["connectionBasedClientCount"], 1);
+    assert_eq!(metrics["ephemeralIpPortClientCount"], 1);
+    let switches = data(call(&server, Method::GET, &format!("{ns}/ops/switches"), &[]).await);
+    assert!(switches["clientBeatInterval"].is_u64(), "{switches}");
+
+    let listeners = data(
+        call(
+            &server,
+            Method::GET,
+            "/nacos/v3/admin/cs/config/listener",
+            &[("dataId", "app.yaml"), ("groupName", "shop")],
+        )
+        .await,
+    );
+    assert_eq!(listeners["queryType"], "config");
+    assert_eq!(
+        listeners["listenersStatus"]["127.0.0.1"], "abc",
+        "{listeners}"
+    );
+    let by_ip = data(
+        call(
+            &server,
+            Method::GET,
+            "/nacos/v3/admin/cs/listener",
+            &[("ip", "127.0.0.1")],
+        )
+        .await,
+    );
+    assert_eq!(
+        by_ip["listenersStatus"]["app.yaml+shop+public"], "abc",
+        "{by_ip}"
+    );
+    server.stop().await
+}

@@ -396,6 +396,24 @@ impl Registry {
             .take_while(move |(k, _)| k.namespace == namespace)
     }
 
+    /// Every owner of instances, connections (by node) first.
+    pub fn owners(&self) -> impl Iterator<Item = &Owner> {
+        self.owners.keys()
+    }
+
+    /// What `owner` publishes: each service and the instances it holds
+    /// there.
+    pub fn published_by<'a>(
+        &'a self,
+        owner: &Owner,
+    ) -> impl Iterator<Item = (&'a ServiceKey, &'a InstanceKey)> + 'a {
+        self.owners.get(owner).into_iter().flat_map(|services| {
+            services
+                .iter()
+                .flat_map(|(service, held)| held.iter().map(move |key| (service, key)))
+        })
+    }
+
     /// The connection owners held by node `node` that own instances.
     pub fn owners_on(&self, node: u64) -> impl Iterator<Item = &Owner> {
         let first = Owner::Connection {

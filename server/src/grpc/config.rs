@@ -154,6 +154,7 @@ pub(crate) fn batch_listen(
         .map_err(DecodeError::from)?;
         if !listen {
             hub.unsubscribe(&conn.listener, &key);
+            conn.forget_md5(&key);
             continue;
         }
         // Listen first, then compare: a change in between is either seen
@@ -170,7 +171,9 @@ pub(crate) fn batch_listen(
             })?;
         conn.listener.render_now(&key, &tenant, node.now(), |_| ());
         conn.listener.release(&key, &tenant);
-        if node.registry().config_md5(&key) != context.md5.as_deref().unwrap_or("") {
+        let held = context.md5.as_deref().unwrap_or("");
+        conn.hold_md5(&key, held);
+        if node.registry().config_md5(&key) != held {
             changed.push(ConfigContext {
                 data_id: key.data_id.clone(),
                 group: key.group.clone(),

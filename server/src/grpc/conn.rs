@@ -50,6 +50,10 @@ pub(crate) struct Conn {
     pub(crate) refused: Option<String>,
     /// Native watches open on it.
     watches: AtomicUsize,
+    /// The version and application name the client announced at setup.
+    announced: std::sync::OnceLock<(String, String)>,
+    /// The md5 it holds of each config it listens to, as it last said.
+    md5s: Mutex<std::collections::BTreeMap<ConfigKey, String>>,
     /// Its place under the port's connection limits (none if refused).
     _ticket: Option<crate::admission::Ticket>,
     /// Marks the id as held by this process while the connection lives.
@@ -69,6 +73,39 @@ impl Conn {
     pub(crate) fn remote_ip(&self) -> &str {
         let rest = self.id.split_once('_').map_or("", |(_, rest)| rest);
         rest.rsplit_once('_').map_or(rest, |(ip, _)| ip)
+    }
+
+    /// Records the version and application a client announced.
+    pub(crate) fn announce(&self, version: String, app_name: String) {
+        let _ = self.announced.set((version, app_name));
+    }
+
+    /// Records the md5 a listener holds of `key`.
+    pub(crate) fn hold_md5(&self, key: &ConfigKey, md5: &str) {
+        lock(&self.md5s).insert(key.clone(), md5.to_owned());
+    }
+
+    /// Forgets a config the client no longer listens to.
+    pub(crate) fn forget_md5(&self, key: &ConfigKey) {
+        lock(&self.md5s).remove(key);
+    }
+
+    /// This connection as the admin API reports it.
+    fn info(&self) -> crate::clients::ClientInfo {
+        let port = self
+            .id
+            .rsplit_once('_')
+            .and_then(|(_, port)| port.parse().ok())
+            .unwrap_or(0);
+        let (version, app_name) = self.announced.get().cloned().unwrap_or_default();
+        crate::clients::ClientInfo {
+            id: self.id.clone(),
+            ip: self.remote_ip().to_owned(),
+            port,
+            version,
+            app_name,
+            last_active: self.last_active.load(Ordering::Relaxed),
+        }
     }
 
     pub(crate) fn is_registered(&self) -> bool {
@@ -263,6 +300,8 @@ impl Conns {
             server_requests: AtomicU64::new(1),
             refused,
             watches: AtomicUsize::new(0),
+            announced: std::sync::OnceLock::new(),
+            md5s: Mutex::default(),
             _ticket: ticket,
         });
         if let Some(reason) = &conn.refused {
@@ -501,5 +540,54 @@ impl AsyncWrite for TrackedIo {
 
     fn is_write_vectored(&self) -> bool {
         self.io.is_write_vectored()
+    }
+}
+
+impl crate::clients::Clients for Conns {
+    fn connections(&self) -> Vec<crate::clients::ClientInfo> {
+        let open: Vec<Arc<Conn>> = self.open_map().values().cloned().collect();
+        let mut all: Vec<_> = open
+            .iter()
+            .filter(|c| c.is_registered())
+            .map(|c| c.info())
+            .collect();
+        all.sort_by(|a, b| a.id.cmp(&b.id));
+        all
+    }
+
+    fn subscriptions(&self, id: &str) -> Option<Vec<ServiceKey>> {
+        let conn = self.open_map().values().find(|c| c.id == id).cloned()?;
+        Some(conn.subscriber.keys())
+    }
+
+    fn subscribers(&self, service: &ServiceKey) -> Vec<crate::clients::ClientInfo> {
+        let open: Vec<Arc<Conn>> = self.open_map().values().cloned().collect();
+        open.iter()
+            .filter(|c| c.subscriber.keys().contains(service))
+            .map(|c| c.info())
+            .collect()
+    }
+
+    fn listeners(&self, config: &ConfigKey) -> Vec<(crate::clients::ClientInfo, String)> {
+        let open: Vec<Arc<Conn>> = self.open_map().values().cloned().collect();
+        open.iter()
+            .filter_map(|c| {
+                let md5 = lock(&c.md5s).get(config).cloned()?;
+                Some((c.info(), md5))
+            })
+            .collect()
+    }
+
+    fn listening(&self, ip: &str) -> Vec<(ConfigKey, String)> {
+        let open: Vec<Arc<Conn>> = self.open_map().values().cloned().collect();
+        open.iter()
+            .filter(|c| c.remote_ip() == ip)
+            .flat_map(|c| {
+                lock(&c.md5s)
+                    .iter()
+                    .map(|(k, m)| (k.clone(), m.clone()))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
     }
 }

@@ -39,6 +39,8 @@ pub(crate) async fn serve(
     tasks: TaskTracker,
 ) -> Result<(), tonic::transport::Error> {
     let (conns, mut dropped) = Conns::new(node.clone());
+    let clients: std::sync::Weak<dyn crate::clients::Clients> = Arc::downgrade(&conns) as _;
+    node.serving_clients(clients);
     let kill_conns = conns.clone();
     let stop_watching = shutdown.clone();
     tasks.spawn(async move {
@@ -249,6 +251,19 @@ async fn read(
 
 fn setup(conn: &Conn, envelope: &Envelope) {
     let setup = envelope.decode::<ConnectionSetup>().unwrap_or_default();
+    let label = |name: &str| {
+        setup
+            .labels
+            .as_ref()
+            .and_then(|labels| labels.get(name))
+            .and_then(|v| v.as_str())
+            .unwrap_or("")
+            .to_owned()
+    };
+    conn.announce(
+        setup.client_version.clone().unwrap_or_default(),
+        label("AppName"),
+    );
     conn.mark_registered();
     tracing::debug!(
         connection = %conn.id,

@@ -34,6 +34,9 @@ struct Inner {
     quorum_seen: Mutex<tokio::time::Instant>,
     /// The address its HTTP port is bound to, once it serves.
     http_address: std::sync::OnceLock<std::net::SocketAddr>,
+    /// The gRPC adapter's connections, once it serves (held weakly: the
+    /// adapter holds the node).
+    clients: std::sync::OnceLock<std::sync::Weak<dyn crate::clients::Clients>>,
 }
 
 /// A connection id held open by this process; released on drop.
@@ -109,6 +112,7 @@ impl Node {
                 held: Mutex::default(),
                 quorum_seen: Mutex::new(tokio::time::Instant::now()),
                 http_address: std::sync::OnceLock::new(),
+                clients: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -126,6 +130,16 @@ impl Node {
             let config = &self.inner.parts.config;
             std::net::SocketAddr::new(config.bind, config.http_port)
         })
+    }
+
+    /// Records where this node's connected clients are reported from.
+    pub(crate) fn serving_clients(&self, clients: std::sync::Weak<dyn crate::clients::Clients>) {
+        let _ = self.inner.clients.set(clients);
+    }
+
+    /// The clients connected to this node over gRPC, while it serves.
+    pub(crate) fn clients(&self) -> Option<Arc<dyn crate::clients::Clients>> {
+        self.inner.clients.get().and_then(std::sync::Weak::upgrade)
     }
 
     /// A handle that does not keep the node alive.
