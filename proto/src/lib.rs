@@ -2,6 +2,9 @@
 //!
 //! Component map:
 //! - [`backup`]: the export document and its item-by-item reading;
+//! - [`config_zip`]: Nacos 3's config export, a ZIP with a
+//!   `.metadata.yml`, written and read (bounded);
+//! - [`nacos3`]: the Nacos 3 v3 API's page and namespace bodies;
 //! - [`nacos`]: Nacos JSON bodies of the HTTP Open API (ServiceInfo,
 //!   instances, beats, the v2 `Result` envelope, service and namespace
 //!   bodies, switches, login) with their exact Nacos field names, and the
@@ -18,6 +21,7 @@
 //!   opaque payloads, so openraft's types never leak into the schema.
 
 pub mod backup;
+pub mod config_zip;
 pub mod nacos;
 pub mod nacos3;
 pub mod nacos_rpc;

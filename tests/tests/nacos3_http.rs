@@ -1274,3 +1274,207 @@ async fn the_admin_plane_reports_clients_what_they_publish_subscribe_and_listen_
     );
     server.stop().await
 }
+
+/// `POST /cs/config/import` with `file` as a multipart part.
+async fn import(server: &Server, query: &str, file: &[u8]) -> (StatusCode, Value) {
+    let boundary = "understudy-boundary";
+    let mut body = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"configs.zip\"\r\nContent-Type: application/zip\r\n\r\n"
+    )
+    .into_bytes();
+    body.extend_from_slice(file);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let reply = reqwest::Client::new()
+        .post(server.url(&format!("/nacos/v3/admin/cs/config/import?{query}")))
+        .header(
+            "content-type",
+            format!("multipart/form-data; boundary={boundary}"),
+        )
+        .body(body)
+        .send()
+        .await
+        .expect("the server answers");
+    let status = reply.status();
+    (status, reply.json().await.expect("JSON"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configs_export_to_a_zip_import_under_each_policy_and_clone() -> anyhow::Result<()> {
+    let server = Server::start(Settings::default()).await?;
+    let config = "/nacos/v3/admin/cs/config";
+    for (data_id, content, kind) in [
+        ("a.yaml", "a: 1", "yaml"),
+        ("b.properties", "b=1", "properties"),
+    ] {
+        data(
+            call(
+                &server,
+                Method::POST,
+                config,
+                &[
+                    ("dataId", data_id),
+                    ("groupName", "shop"),
+                    ("content", content),
+                    ("type", kind),
+                    ("desc", "d"),
+                ],
+            )
+            .await,
+        );
+    }
+    let export =
+        reqwest::get(server.url(&format!("{config}/export?namespaceId=public&ids="))).await?;
+    assert_eq!(export.status(), StatusCode::OK);
+    let disposition = export.headers()["content-disposition"].to_str()?.to_owned();
+    assert!(
+        disposition.starts_with("attachment;filename=nacos_config_export_"),
+        "{disposition}"
+    );
+    let zip = export.bytes().await?;
+    let archive = understudy_proto::config_zip::read(&zip, 1 << 20).expect("a readable export");
+    let names: Vec<String> = archive
+        .configs
+        .iter()
+        .map(|c| format!("{}/{}", c.group, c.data_id))
+        .collect();
+    assert_eq!(names, ["shop/a.yaml", "shop/b.properties"]);
+    assert_eq!(archive.configs[0].kind, "yaml");
+    assert_eq!(archive.configs[0].desc, "d");
+
+    // Into a new namespace: everything is written.
+    data(
+        call(
+            &server,
+            Method::POST,
+            "/nacos/v3/admin/core/namespace",
+            &[("namespaceId", "copy"), ("namespaceName", "copy")],
+        )
+        .await,
+    );
+    let outcome = data(import(&server, "namespaceId=copy", &zip).await);
+    assert_eq!(outcome["succCount"], 2, "{outcome}");
+    assert_eq!(outcome["skipCount"], 0);
+    let copied = data(
+        call(
+            &server,
+            Method::GET,
+            config,
+            &[
+                ("dataId", "a.yaml"),
+                ("groupName", "shop"),
+                ("namespaceId", "copy"),
+            ],
+        )
+        .await,
+    );
+    assert_eq!(copied["content"], "a: 1");
+    assert_eq!(copied["type"], "yaml");
+
+    // Back into public, where both exist: ABORT stops at the first and
+    // names the rest as skipped; SKIP skips both; OVERWRITE writes both.
+    data(
+        call(
+            &server,
+            Method::POST,
+            config,
+            &[
+                ("dataId", "a.yaml"),
+                ("groupName", "shop"),
+                ("content", "a: 2"),
+            ],
+        )
+        .await,
+    );
+    let aborted = data(import(&server, "policy=ABORT", &zip).await);
+    assert_eq!(aborted["succCount"], 0, "{aborted}");
+    assert_eq!(
+        aborted["failData"],
+        json!([{"dataId": "a.yaml", "group": "shop"}])
+    );
+    assert_eq!(
+        aborted["skipData"],
+        json!([{"dataId": "b.properties", "group": "shop"}])
+    );
+    let skipped = data(import(&server, "policy=SKIP", &zip).await);
+    assert_eq!(skipped["skipCount"], 2, "{skipped}");
+    let current = data(
+        call(
+            &server,
+            Method::GET,
+            config,
+            &[("dataId", "a.yaml"), ("groupName", "shop")],
+        )
+        .await,
+    );
+    assert_eq!(current["content"], "a: 2", "nothing was overwritten");
+    let overwritten = data(import(&server, "policy=OVERWRITE", &zip).await);
+    assert_eq!(overwritten["succCount"], 2, "{overwritten}");
+    let current = data(
+        call(
+            &server,
+            Method::GET,
+            config,
+            &[("dataId", "a.yaml"), ("groupName", "shop")],
+        )
+        .await,
+    );
+    assert_eq!(current["content"], "a: 1");
+
+    // Bad imports: a policy named wrong, a file that is no ZIP (HTTP 200
+    // with Nacos' code, as Nacos), a namespace that does not exist.
+    refused(
+        import(&server, "policy=MERGE", &zip).await,
+        StatusCode::BAD_REQUEST,
+        20002,
+        "policy",
+    );
+    let (status, body) = import(&server, "", b"not a zip").await;
+    assert_eq!(
+        (status, body["code"].clone()),
+        (StatusCode::OK, json!(100_004)),
+        "{body}"
+    );
+    let (status, body) = import(&server, "namespaceId=nowhere", &zip).await;
+    assert_eq!(
+        (status, body["code"].clone()),
+        (StatusCode::OK, json!(22001)),
+        "{body}"
+    );
+
+    // Clone a by id into copy under a new name.
+    let id = current["id"].as_str().unwrap().to_owned();
+    let cloned = reqwest::Client::new()
+        .post(server.url(&format!("{config}/clone?namespaceId=copy&policy=ABORT")))
+        .json(&json!([{"configId": id, "targetGroupName": "shop2", "targetDataId": "a2.yaml"}]))
+        .send()
+        .await?;
+    let cloned: Value = cloned.json().await?;
+    assert_eq!(cloned["data"]["succCount"], 1, "{cloned}");
+    let copy = data(
+        call(
+            &server,
+            Method::GET,
+            config,
+            &[
+                ("dataId", "a2.yaml"),
+                ("groupName", "shop2"),
+                ("namespaceId", "copy"),
+            ],
+        )
+        .await,
+    );
+    assert_eq!(copy["content"], "a: 1");
+    let (status, body) = call(
+        &server,
+        Method::POST,
+        &format!("{config}/clone?policy=ABORT"),
+        &[],
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["data"].as_str().unwrap().contains("namespaceId"),
+        "{body}"
+    );
+    server.stop().await
+}

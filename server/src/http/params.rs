@@ -90,6 +90,12 @@ impl Params {
         Ok(Self { pairs })
     }
 
+    /// Adds a parameter read elsewhere (a multipart field); earlier ones
+    /// of the same name still win.
+    pub(crate) fn push(&mut self, name: String, value: String) {
+        self.pairs.push((name, value));
+    }
+
     #[cfg(test)]
     pub(crate) fn from_pairs(pairs: &[(&str, &str)]) -> Self {
         Self {

@@ -218,6 +218,12 @@ fn matches(search: Search, pattern: &str, value: &str) -> bool {
     }
 }
 
+/// Whether `value` matches `pattern`, where `*` is any run of characters
+/// (export's `dataId`).
+pub(super) fn glob_or_equal(pattern: &str, value: &str) -> bool {
+    matches(Search::Blur, pattern, value)
+}
+
 /// `*` matches any run of characters; everything else itself.
 fn glob(pattern: &str, value: &str) -> bool {
     let parts: Vec<&str> = pattern.split('*').collect();

@@ -13,6 +13,7 @@ mod clients;
 mod config;
 mod core;
 mod naming;
+mod transfer;
 
 use axum::response::{IntoResponse, Response};
 use axum::routing::MethodRouter;
@@ -30,6 +31,7 @@ pub(super) fn routes() -> Router<AppState> {
         .into_iter()
         .chain(clients::routes())
         .chain(config::routes())
+        .chain(transfer::routes())
         .chain(core::routes())
     {
         router = router.route(path, route);
