@@ -5,8 +5,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    ConfigKey, ConfigSource, ConfigSpec, InstanceKey, InstancePatch, InstanceSpec, Millis,
-    NamespaceId, Owner, ServiceKey, ServiceKind, ServiceMeta, ServiceMetaPatch,
+    ConfigKey, ConfigSource, ConfigSpec, GrayRule, InstanceKey, InstancePatch, InstanceSpec,
+    Millis, NamespaceId, Owner, ServiceKey, ServiceKind, ServiceMeta, ServiceMetaPatch,
 };
 
 /// A mutation and the time it was issued.
@@ -218,6 +218,29 @@ pub enum Op {
         /// Its key.
         key: ConfigKey,
         /// Who removes it.
+        source: ConfigSource,
+    },
+    /// Publish a gray release of a config: clients its rule takes get
+    /// `spec` instead of the formal content. Replaces the release of the
+    /// same name (`beta`, `tag_<tag>`).
+    PublishConfigGray {
+        /// The config.
+        key: ConfigKey,
+        /// Who gets it.
+        rule: GrayRule,
+        /// What they get.
+        spec: ConfigSpec,
+        /// Who publishes it.
+        source: ConfigSource,
+    },
+    /// Stop a gray release: its clients get the formal content again (a
+    /// no-op when there is no release of that name).
+    RemoveConfigGray {
+        /// The config.
+        key: ConfigKey,
+        /// The release's name.
+        name: String,
+        /// Who stops it.
         source: ConfigSource,
     },
     /// Remove metadata keys from an existing instance, and from what

@@ -177,6 +177,106 @@ impl ConfigItem {
     }
 }
 
+/// Who a gray release is for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GrayRule {
+    /// Clients at these addresses (Nacos' beta, `betaIps`).
+    Beta {
+        /// The addresses.
+        ips: Vec<String>,
+    },
+    /// Clients that carry this tag (Nacos' `Vipserver-Tag`).
+    Tag {
+        /// The tag.
+        tag: String,
+    },
+}
+
+impl GrayRule {
+    /// The rule a publish asks for, as Nacos reads it: `betaIps` (comma
+    /// separated) makes a beta release, else `tag` a tag release; neither
+    /// is a formal publish. A tag is at most 16 of the config name
+    /// characters.
+    pub fn requested(beta_ips: &str, tag: &str) -> Result<Option<Self>, Error> {
+        let ips: Vec<String> = beta_ips
+            .split(',')
+            .map(str::trim)
+            .filter(|ip| !ip.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if !ips.is_empty() {
+            return Ok(Some(GrayRule::Beta { ips }));
+        }
+        let tag = tag.trim();
+        if tag.is_empty() {
+            return Ok(None);
+        }
+        config_chars("tag", tag, 16)?;
+        Ok(Some(GrayRule::Tag {
+            tag: tag.to_owned(),
+        }))
+    }
+
+    /// The release's name: `beta`, or `tag_<tag>`, as Nacos names them.
+    pub fn name(&self) -> String {
+        match self {
+            GrayRule::Beta { .. } => "beta".to_owned(),
+            GrayRule::Tag { tag } => format!("tag_{tag}"),
+        }
+    }
+
+    /// Nacos' priority: a beta release wins over a tag release.
+    fn priority(&self) -> u32 {
+        match self {
+            GrayRule::Beta { .. } => 2,
+            GrayRule::Tag { .. } => 1,
+        }
+    }
+
+    /// Whether a client at `ip` carrying `tag` gets the release.
+    pub fn matches(&self, ip: &str, tag: Option<&str>) -> bool {
+        match self {
+            GrayRule::Beta { ips } => ips.iter().any(|i| i == ip),
+            GrayRule::Tag { tag: wanted } => tag == Some(wanted.as_str()),
+        }
+    }
+
+    /// The rule as Nacos 3 writes it (`{"type":"beta","version":"1.0.0",
+    /// "expr":"1.1.1.1,2.2.2.2","priority":2147483647}`).
+    pub fn to_nacos_json(&self) -> String {
+        let (kind, expr, priority) = match self {
+            GrayRule::Beta { ips } => ("beta", ips.join(","), i32::MAX),
+            GrayRule::Tag { tag } => ("tag", tag.clone(), i32::MAX - 1),
+        };
+        format!(
+            r#"{{"type":"{kind}","version":"1.0.0","expr":"{}","priority":{priority}}}"#,
+            expr.replace('\\', "\\\\").replace('"', "\\\"")
+        )
+    }
+}
+
+/// A gray release of a config: its rule and the content its clients get.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrayRelease {
+    /// Who gets it.
+    pub rule: GrayRule,
+    /// What they get.
+    pub item: std::sync::Arc<ConfigItem>,
+}
+
+/// The release with the highest priority among `grays` whose rule takes
+/// a client at `ip` carrying `tag`.
+pub fn gray_for<'a>(
+    grays: &'a [std::sync::Arc<GrayRelease>],
+    ip: &str,
+    tag: Option<&str>,
+) -> Option<&'a std::sync::Arc<GrayRelease>> {
+    grays
+        .iter()
+        .filter(|g| g.rule.matches(ip, tag))
+        .max_by_key(|g| g.rule.priority())
+}
+
 /// What a history entry records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum HistoryOp {

@@ -42,8 +42,8 @@ mod service;
 
 pub use command::{Command, HealthSource, Op, RemovalCause, UpdateMode};
 pub use config::{
-    content_md5, ConfigItem, ConfigKey, ConfigSource, ConfigSpec, HistoryEntry, HistoryOp,
-    HistoryRetention,
+    content_md5, gray_for, ConfigItem, ConfigKey, ConfigSource, ConfigSpec, GrayRelease, GrayRule,
+    HistoryEntry, HistoryOp, HistoryRetention,
 };
 pub use error::Error;
 pub use event::{Change, Event};

@@ -140,3 +140,82 @@ fn history_and_ids_travel_in_snapshots() {
         "no id is handed out twice"
     );
 }
+
+fn gray(reg: &mut Registry, at: Millis, rule: GrayRule, content: &str) {
+    reg.apply(&Command::new(
+        at,
+        Op::PublishConfigGray {
+            key: key("a"),
+            rule,
+            spec: ConfigSpec {
+                content: content.to_owned(),
+                ..ConfigSpec::default()
+            },
+            source: source("10.0.0.3"),
+        },
+    ))
+    .unwrap();
+}
+
+/// What a client at `ip` carrying `tag` reads of config a.
+fn read(reg: &Registry, ip: &str, tag: Option<&str>) -> Option<(String, Option<String>)> {
+    reg.config_for(&key("a"), ip, tag)
+        .map(|(item, gray)| (item.content.clone(), gray.map(|g| g.rule.name())))
+}
+
+#[test]
+fn gray_releases_reach_the_clients_their_rules_take_and_are_kept_in_history() {
+    let mut reg = Registry::new(RegistryOptions::default());
+    publish(&mut reg, 1, "a", "formal");
+    let beta = GrayRule::Beta {
+        ips: vec!["127.0.0.2".to_owned()],
+    };
+    gray(&mut reg, 2, beta, "beta");
+    gray(
+        &mut reg,
+        3,
+        GrayRule::Tag {
+            tag: "canary".to_owned(),
+        },
+        "tagged",
+    );
+    assert_eq!(read(&reg, "127.0.0.1", None), Some(("formal".into(), None)));
+    assert_eq!(
+        read(&reg, "127.0.0.2", None),
+        Some(("beta".into(), Some("beta".into())))
+    );
+    assert_eq!(
+        read(&reg, "127.0.0.1", Some("canary")),
+        Some(("tagged".into(), Some("tag_canary".into())))
+    );
+    // A beta release wins over a tag release, as in Nacos.
+    assert_eq!(read(&reg, "127.0.0.2", Some("canary")).unwrap().0, "beta");
+    let restored = Registry::restore(reg.snapshot(), RegistryOptions::default());
+    assert_eq!(read(&restored, "127.0.0.2", None).unwrap().0, "beta");
+
+    // Stopping a release sends its clients back to the formal content,
+    // and the change wakes the config's listeners.
+    let changes = reg
+        .apply(&Command::new(
+            4,
+            Op::RemoveConfigGray {
+                key: key("a"),
+                name: "beta".to_owned(),
+                source: source("10.0.0.3"),
+            },
+        ))
+        .unwrap();
+    assert!(changes.iter().any(|c| c.event.config() == Some(&key("a"))));
+    assert_eq!(read(&reg, "127.0.0.2", None), Some(("formal".into(), None)));
+    let grays: Vec<String> = reg
+        .config_history(&key("a"))
+        .filter(|e| !e.gray_name.is_empty())
+        .map(|e| format!("{}:{}", e.op.letter(), e.gray_name))
+        .collect();
+    assert_eq!(grays, ["D:beta", "I:tag_canary", "I:beta"]);
+    assert_eq!(
+        reg.config(&key("a")).unwrap().content,
+        "formal",
+        "untouched"
+    );
+}

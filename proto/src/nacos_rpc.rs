@@ -557,7 +557,11 @@ pub struct ConfigQueryBody {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub md5: Option<String>,
     pub last_modified: u64,
+    /// The content is a beta (IP) gray release's.
     pub beta: bool,
+    /// The content is the gray release of this tag.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
 }
 
 /// Error code of a missing config in `ConfigQueryResponse`.

@@ -178,16 +178,32 @@ pub(crate) struct Subscriber<K> {
     state: Mutex<SubscriberState<K>>,
     wake: Notify,
     request_ids: AtomicU64,
+    /// Starts its pushes' request ids, so that two subscribers of one
+    /// connection (services, configs) never send the same id.
+    prefix: &'static str,
 }
 
 impl<K: Topic> Subscriber<K> {
     pub(crate) fn new(id: u64) -> Self {
+        Self::with_prefix(id, "")
+    }
+
+    /// A subscriber whose pushes' request ids start with `prefix`.
+    pub(crate) fn with_prefix(id: u64, prefix: &'static str) -> Self {
         Self {
             id,
             state: Mutex::default(),
             wake: Notify::new(),
             request_ids: AtomicU64::new(1),
+            prefix,
         }
+    }
+
+    /// Whether `request_id` is one of its pushes'.
+    pub(crate) fn sent(&self, request_id: &str) -> bool {
+        request_id
+            .strip_prefix(self.prefix)
+            .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()) && !n.is_empty())
     }
 
     /// The topics it subscribes to.
@@ -300,7 +316,8 @@ impl<K: Topic> Subscriber<K> {
                 if !sub.dirty || sub.held || sub.in_flight.is_some() || sub.retry_at > now {
                     continue;
                 }
-                let request_id = self.request_ids.fetch_add(1, Ordering::Relaxed).to_string();
+                let serial = self.request_ids.fetch_add(1, Ordering::Relaxed);
+                let request_id = format!("{}{serial}", self.prefix);
                 sub.dirty = false;
                 sub.last_ref_time = now.max(sub.last_ref_time + 1);
                 sub.in_flight = Some(InFlight {

@@ -77,7 +77,20 @@ impl RawClient {
         pushes: Option<mpsc::UnboundedSender<Push>>,
         answers: Answers,
     ) -> anyhow::Result<Self> {
+        Self::connect_from(grpc, pushes, answers, None, json!({})).await
+    }
+
+    /// Connects from the local address `from` (e.g. 127.0.0.2), adding
+    /// `labels` to the setup's (`{"Vipserver-Tag": "canary"}`).
+    pub async fn connect_from(
+        grpc: SocketAddr,
+        pushes: Option<mpsc::UnboundedSender<Push>>,
+        answers: Answers,
+        from: Option<std::net::IpAddr>,
+        labels: Value,
+    ) -> anyhow::Result<Self> {
         let channel = tonic::transport::Endpoint::from_shared(format!("http://{grpc}"))?
+            .local_address(from)
             .connect()
             .await?;
         let mut unary = RequestClient::new(channel.clone());
@@ -99,8 +112,13 @@ impl RawClient {
             acked_tx,
             answers,
         ));
-        let setup = json!({"headers":{},"module":"internal","clientVersion":"understudy-tests",
+        let mut setup = json!({"headers":{},"module":"internal","clientVersion":"understudy-tests",
             "tenant":"","labels":{"source":"sdk","module":"naming","AppName":"tests-app"},"abilityTable":{}});
+        if let Value::Object(extra) = labels {
+            for (name, value) in extra {
+                setup["labels"][name] = value;
+            }
+        }
         stream
             .send(payload("ConnectionSetupRequest", &setup))
             .await?;

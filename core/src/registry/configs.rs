@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use crate::{
-    ConfigItem, ConfigKey, ConfigSource, ConfigSpec, Error, Event, HistoryEntry, HistoryOp,
+    ConfigItem, ConfigKey, ConfigSource, ConfigSpec, Error, Event, GrayRelease, GrayRule,
+    HistoryEntry, HistoryOp,
 };
 
 use super::{Registry, Tx};
@@ -44,7 +45,7 @@ impl Registry {
                 // A publish that changes nothing but the time is no event
                 // in the config's history.
                 if !same {
-                    self.keep_history(tx, key, HistoryOp::Update, current.clone(), source);
+                    self.keep_history(tx, key, HistoryOp::Update, current.clone(), source, "");
                 }
                 item
             }
@@ -52,7 +53,7 @@ impl Registry {
                 item.id = self.next_serial();
                 item.created_by = source.clone();
                 let item = Arc::new(item);
-                self.keep_history(tx, key, HistoryOp::Insert, item.clone(), source);
+                self.keep_history(tx, key, HistoryOp::Insert, item.clone(), source, "");
                 item
             }
         };
@@ -68,8 +69,147 @@ impl Registry {
 
     pub(super) fn remove_config(&mut self, tx: &mut Tx, key: &ConfigKey, source: &ConfigSource) {
         if let Some(removed) = self.configs.remove(key) {
-            self.keep_history(tx, key, HistoryOp::Delete, removed, source);
+            self.keep_history(tx, key, HistoryOp::Delete, removed, source, "");
             tx.events.push(Event::ConfigRemoved { key: key.clone() });
+        }
+    }
+
+    /// The most gray releases one config may have, as Nacos.
+    const MAX_GRAYS: usize = 10;
+
+    pub(super) fn publish_gray(
+        &mut self,
+        tx: &mut Tx,
+        key: &ConfigKey,
+        rule: &GrayRule,
+        spec: &ConfigSpec,
+        source: &ConfigSource,
+    ) -> Result<(), Error> {
+        if let GrayRule::Beta { ips } = rule {
+            if ips.iter().all(|ip| ip.trim().is_empty()) {
+                return Err(Error::invalid("betaIps", "names no address"));
+            }
+        }
+        let mut item = ConfigItem::build(spec, tx.at, self.options.limits.max_config_bytes)?;
+        let name = rule.name();
+        let grays = self.grays.get(key).map(Vec::as_slice).unwrap_or_default();
+        let current = grays.iter().find(|g| g.rule.name() == name).cloned();
+        if current.is_none() && grays.len() >= Self::MAX_GRAYS {
+            return Err(Error::invalid(
+                "tag",
+                format!(
+                    "{key} already has {} gray releases, the most allowed",
+                    Self::MAX_GRAYS
+                ),
+            ));
+        }
+        match &current {
+            Some(current) => {
+                item.id = current.item.id;
+                item.created = current.item.created;
+                item.created_by = current.item.created_by.clone();
+                self.keep_history(
+                    tx,
+                    key,
+                    HistoryOp::Update,
+                    current.item.clone(),
+                    source,
+                    &name,
+                );
+            }
+            None => {
+                item.id = self.next_serial();
+                item.created_by = source.clone();
+            }
+        }
+        let release = Arc::new(GrayRelease {
+            rule: rule.clone(),
+            item: Arc::new(item),
+        });
+        if current.is_none() {
+            self.keep_history(
+                tx,
+                key,
+                HistoryOp::Insert,
+                release.item.clone(),
+                source,
+                &name,
+            );
+        }
+        let grays = self.grays.entry(key.clone()).or_default();
+        grays.retain(|g| g.rule.name() != name);
+        grays.push(release);
+        self.gray_changed(tx, key);
+        Ok(())
+    }
+
+    pub(super) fn remove_gray(
+        &mut self,
+        tx: &mut Tx,
+        key: &ConfigKey,
+        name: &str,
+        source: &ConfigSource,
+    ) {
+        let Some(grays) = self.grays.get_mut(key) else {
+            return;
+        };
+        let Some(at) = grays.iter().position(|g| g.rule.name() == name) else {
+            return;
+        };
+        let removed = grays.remove(at);
+        if grays.is_empty() {
+            self.grays.remove(key);
+        }
+        self.keep_history(
+            tx,
+            key,
+            HistoryOp::Delete,
+            removed.item.clone(),
+            source,
+            name,
+        );
+        self.gray_changed(tx, key);
+    }
+
+    /// Tells the config's listeners something changed for some of them:
+    /// each asks again and gets what is now meant for it.
+    fn gray_changed(&self, tx: &mut Tx, key: &ConfigKey) {
+        tx.events.push(Event::ConfigPublished {
+            key: key.clone(),
+            md5: self.config_md5(key).to_owned(),
+            changed: true,
+        });
+    }
+
+    /// The name of the gray release a removal with `tag` means: the
+    /// release named `tag` (Nacos' reading: `beta` is the beta release),
+    /// else the one for that tag (`tag_<tag>`).
+    pub fn gray_named(&self, key: &ConfigKey, tag: &str) -> Option<String> {
+        let names: Vec<String> = self.grays(key).iter().map(|g| g.rule.name()).collect();
+        let tagged = format!("tag_{tag}");
+        names
+            .iter()
+            .find(|n| *n == tag)
+            .or_else(|| names.iter().find(|n| **n == tagged))
+            .cloned()
+    }
+
+    /// A config's gray releases.
+    pub fn grays(&self, key: &ConfigKey) -> &[Arc<GrayRelease>] {
+        self.grays.get(key).map(Vec::as_slice).unwrap_or_default()
+    }
+
+    /// What a client at `ip` carrying `tag` gets of a config: a gray
+    /// release meant for it, else the formal content.
+    pub fn config_for(
+        &self,
+        key: &ConfigKey,
+        ip: &str,
+        tag: Option<&str>,
+    ) -> Option<(Arc<ConfigItem>, Option<&Arc<GrayRelease>>)> {
+        match crate::gray_for(self.grays(key), ip, tag) {
+            Some(gray) => Some((gray.item.clone(), Some(gray))),
+            None => self.config(key).map(|item| (item, None)),
         }
     }
 
@@ -85,6 +225,7 @@ impl Registry {
         op: HistoryOp,
         item: Arc<ConfigItem>,
         source: &ConfigSource,
+        gray_name: &str,
     ) {
         let entry = HistoryEntry {
             nid: self.next_serial(),
@@ -93,7 +234,7 @@ impl Registry {
             item,
             at: tx.at,
             source: source.clone(),
-            gray_name: String::new(),
+            gray_name: gray_name.to_owned(),
         };
         self.history.record(entry, self.options.history, tx.at);
     }

@@ -16,9 +16,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::event::ChangeLog;
 use crate::{
-    Change, Command, ConfigItem, ConfigKey, ConfigSource, Error, Event, GroupName, HealthTimeouts,
-    HistoryEntry, HistoryRetention, Instance, InstanceKey, Limits, Millis, NamespaceId, Op, Owner,
-    RemovalCause, Service, ServiceKey, ServiceName,
+    Change, Command, ConfigItem, ConfigKey, ConfigSource, Error, Event, GrayRelease, GroupName,
+    HealthTimeouts, HistoryEntry, HistoryRetention, Instance, InstanceKey, Limits, Millis,
+    NamespaceId, Op, Owner, RemovalCause, Service, ServiceKey, ServiceName,
 };
 use history::History;
 
@@ -146,6 +146,8 @@ pub struct RegistrySnapshot {
     pub services: Vec<Arc<Service>>,
     /// Every config item.
     pub configs: Vec<(ConfigKey, Arc<ConfigItem>)>,
+    /// Every gray release, by config.
+    pub grays: Vec<(ConfigKey, Arc<GrayRelease>)>,
     /// Every config history entry kept, oldest first.
     pub history: Vec<Arc<HistoryEntry>>,
     /// The last config id or history id handed out.
@@ -215,6 +217,8 @@ pub struct Registry {
     /// The same index by service, to find an entry without a scan.
     empty_since: BTreeMap<ServiceKey, Millis>,
     configs: BTreeMap<ConfigKey, Arc<ConfigItem>>,
+    /// The gray releases of each config that has any.
+    grays: BTreeMap<ConfigKey, Vec<Arc<GrayRelease>>>,
     history: History,
     /// The last config id or history id handed out.
     serial: u64,
@@ -242,6 +246,7 @@ impl Registry {
             empty_implicit: BTreeSet::new(),
             empty_since: BTreeMap::new(),
             configs: BTreeMap::new(),
+            grays: BTreeMap::new(),
             history: History::default(),
             serial: 0,
             lost_nodes: BTreeSet::new(),
@@ -506,6 +511,11 @@ impl Registry {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
+            grays: self
+                .grays
+                .iter()
+                .flat_map(|(k, grays)| grays.iter().map(move |g| (k.clone(), g.clone())))
+                .collect(),
             history: self.history.entries().cloned().collect(),
             serial: self.serial,
             lost_nodes: self.lost_nodes.iter().copied().collect(),
@@ -521,6 +531,9 @@ impl Registry {
             registry.namespaces.entry(id).or_default().info = Some(info);
         }
         registry.configs = snapshot.configs.into_iter().collect();
+        for (key, gray) in snapshot.grays {
+            registry.grays.entry(key).or_default().push(gray);
+        }
         registry.history = snapshot.history.into_iter().collect();
         registry.serial = snapshot.serial;
         registry.lost_nodes = snapshot.lost_nodes.into_iter().collect();
@@ -622,6 +635,15 @@ impl Registry {
                 source,
             } => self.publish_config(&mut tx, key, spec, cas_md5.as_deref(), source)?,
             Op::RemoveConfigFrom { key, source } => self.remove_config(&mut tx, key, source),
+            Op::PublishConfigGray {
+                key,
+                rule,
+                spec,
+                source,
+            } => self.publish_gray(&mut tx, key, rule, spec, source)?,
+            Op::RemoveConfigGray { key, name, source } => {
+                self.remove_gray(&mut tx, key, name, source)
+            }
             Op::NodeLost { node } => self.node_lost(&mut tx, *node),
             Op::NodeBack { node } => {
                 self.lost_nodes.remove(node);

@@ -3,7 +3,7 @@
 //! connection's config subscriber; the tenant each listener sent is kept
 //! as its variant and echoed in answers and pushes.
 
-use understudy_core::{ConfigKey, ConfigSource, ConfigSpec, Error as CoreError, Op};
+use understudy_core::{ConfigKey, ConfigSource, ConfigSpec, Error as CoreError, GrayRule, Op};
 use understudy_proto::grpc::Payload;
 use understudy_proto::nacos_rpc::{
     seal, ConfigBatchListenRequest, ConfigChangedBody, ConfigContext, ConfigPublishRequest,
@@ -16,22 +16,37 @@ use super::conn::Conn;
 use super::kind::Failure;
 use crate::node::{Node, ProposeError};
 
-pub(crate) fn query(node: &Node, envelope: &Envelope) -> Result<Payload, Failure> {
+/// The tag a request reads gray releases under: its own `tag`, else the
+/// `Vipserver-Tag` label its connection announced.
+fn tag_of<'a>(conn: &'a Conn, tag: Option<&'a str>) -> Option<&'a str> {
+    tag.map(str::trim)
+        .filter(|t| !t.is_empty())
+        .or_else(|| conn.tag())
+}
+
+/// Answers a query with what this client gets: a gray release whose rule
+/// takes it (its address, its tag), else the formal content.
+pub(crate) fn query(node: &Node, conn: &Conn, envelope: &Envelope) -> Result<Payload, Failure> {
     let request: ConfigQueryRequest = envelope.decode()?;
     let key = request.key()?;
-    // Tags (gray releases) are not kept: an unknown tag is "not found".
-    let item = match request.tag.as_deref() {
-        Some(tag) if !tag.trim().is_empty() => None,
-        _ => node.registry().config(&key),
+    let found = {
+        let registry = node.registry();
+        registry
+            .config_for(&key, conn.remote_ip(), tag_of(conn, request.tag.as_deref()))
+            .map(|(item, gray)| (item, gray.map(|g| g.rule.clone())))
     };
-    let response = match item {
-        Some(item) => Response::ok(ConfigQueryBody {
+    let response = match found {
+        Some((item, gray)) => Response::ok(ConfigQueryBody {
             content: Some(item.content.clone()),
             encrypted_data_key: Some(item.encrypted_data_key.clone()),
             content_type: Some(item.kind.clone()),
             md5: Some(item.md5.clone()),
             last_modified: item.last_modified,
-            beta: false,
+            beta: matches!(gray, Some(GrayRule::Beta { .. })),
+            tag: match gray {
+                Some(GrayRule::Tag { tag }) => Some(tag),
+                _ => None,
+            },
         }),
         None => Response::failed(
             CONFIG_NOT_FOUND,
@@ -43,6 +58,7 @@ pub(crate) fn query(node: &Node, envelope: &Envelope) -> Result<Payload, Failure
                 md5: None,
                 last_modified: 0,
                 beta: false,
+                tag: None,
             },
         ),
     };
@@ -87,13 +103,10 @@ pub(crate) async fn publish(
         Ok(key) => key,
         Err(e) => return Ok(invalid(KIND, e)),
     };
-    if !request.addition("betaIps").trim().is_empty() || !request.addition("tag").trim().is_empty()
-    {
-        return Ok(invalid(
-            KIND,
-            DecodeError::new("additionMap", "beta and tag publishing are not supported"),
-        ));
-    }
+    let gray = match GrayRule::requested(&request.addition("betaIps"), &request.addition("tag")) {
+        Ok(gray) => gray,
+        Err(e) => return Ok(invalid(KIND, DecodeError::from(e))),
+    };
     let spec = ConfigSpec {
         content: request.content.clone().unwrap_or_default(),
         kind: request.addition("type"),
@@ -103,11 +116,19 @@ pub(crate) async fn publish(
         encrypted_data_key: request.addition("encryptedDataKey"),
     };
     let source = source(conn, request.addition("src_user"));
-    let op = Op::PublishConfigFrom {
-        key,
-        spec,
-        cas_md5: request.cas_md5.filter(|m| !m.trim().is_empty()),
-        source,
+    let op = match gray {
+        Some(rule) => Op::PublishConfigGray {
+            key,
+            rule,
+            spec,
+            source,
+        },
+        None => Op::PublishConfigFrom {
+            key,
+            spec,
+            cas_md5: request.cas_md5.filter(|m| !m.trim().is_empty()),
+            source,
+        },
     };
     Ok(match node.propose(op).await {
         Ok(_) => seal(KIND, &Response::ok(Empty {})),
@@ -127,12 +148,23 @@ pub(crate) async fn remove(
         Err(e) => return Ok(invalid(KIND, e)),
     };
     let source = source(conn, String::new());
-    Ok(
-        match node.propose(Op::RemoveConfigFrom { key, source }).await {
-            Ok(_) => seal(KIND, &Response::ok(Empty {})),
-            Err(e) => own_failure(KIND, e),
+    // With a tag, the gray release of that tag goes, not the config.
+    let op = match request
+        .tag
+        .as_deref()
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+    {
+        Some(tag) => match node.registry().gray_named(&key, tag) {
+            Some(name) => Op::RemoveConfigGray { key, name, source },
+            None => return Ok(seal(KIND, &Response::ok(Empty {}))),
         },
-    )
+        None => Op::RemoveConfigFrom { key, source },
+    };
+    Ok(match node.propose(op).await {
+        Ok(_) => seal(KIND, &Response::ok(Empty {})),
+        Err(e) => own_failure(KIND, e),
+    })
 }
 
 pub(crate) fn batch_listen(
@@ -173,7 +205,12 @@ pub(crate) fn batch_listen(
         conn.listener.release(&key, &tenant);
         let held = context.md5.as_deref().unwrap_or("");
         conn.hold_md5(&key, held);
-        if node.registry().config_md5(&key) != held {
+        let current = node
+            .registry()
+            .config_for(&key, conn.remote_ip(), conn.tag())
+            .map(|(item, _)| item.md5.clone())
+            .unwrap_or_default();
+        if current != held {
             changed.push(ConfigContext {
                 data_id: key.data_id.clone(),
                 group: key.group.clone(),

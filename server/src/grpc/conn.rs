@@ -50,8 +50,9 @@ pub(crate) struct Conn {
     pub(crate) refused: Option<String>,
     /// Native watches open on it.
     watches: AtomicUsize,
-    /// The version and application name the client announced at setup.
-    announced: std::sync::OnceLock<(String, String)>,
+    /// The version, application name and tag the client announced at
+    /// setup.
+    announced: std::sync::OnceLock<(String, String, String)>,
     /// The md5 it holds of each config it listens to, as it last said.
     md5s: Mutex<std::collections::BTreeMap<ConfigKey, String>>,
     /// Its place under the port's connection limits (none if refused).
@@ -75,9 +76,18 @@ impl Conn {
         rest.rsplit_once('_').map_or(rest, |(ip, _)| ip)
     }
 
-    /// Records the version and application a client announced.
-    pub(crate) fn announce(&self, version: String, app_name: String) {
-        let _ = self.announced.set((version, app_name));
+    /// Records the version, application and tag (`Vipserver-Tag`, which
+    /// gray releases match) a client announced.
+    pub(crate) fn announce(&self, version: String, app_name: String, tag: String) {
+        let _ = self.announced.set((version, app_name, tag));
+    }
+
+    /// The tag it announced, if any.
+    pub(crate) fn tag(&self) -> Option<&str> {
+        self.announced
+            .get()
+            .map(|(_, _, tag)| tag.as_str())
+            .filter(|t| !t.is_empty())
     }
 
     /// Records the md5 a listener holds of `key`.
@@ -97,7 +107,7 @@ impl Conn {
             .rsplit_once('_')
             .and_then(|(_, port)| port.parse().ok())
             .unwrap_or(0);
-        let (version, app_name) = self.announced.get().cloned().unwrap_or_default();
+        let (version, app_name, _) = self.announced.get().cloned().unwrap_or_default();
         crate::clients::ClientInfo {
             id: self.id.clone(),
             ip: self.remote_ip().to_owned(),
@@ -226,6 +236,10 @@ impl tokio_stream::Stream for Outbound {
 
 use std::future::Future;
 
+/// The request ids of config change pushes start with this; those of
+/// service pushes are bare numbers.
+const CONFIG_PUSH: &str = "c";
+
 /// How long a refused connection stays open for its client to read why.
 const REFUSED_LINGER: Duration = Duration::from_secs(2);
 
@@ -294,7 +308,7 @@ impl Conns {
                 closed: Box::pin(closed.clone().cancelled_owned()),
             })),
             subscriber: Arc::new(Subscriber::new(seq)),
-            listener: Arc::new(Subscriber::new(seq)),
+            listener: Arc::new(Subscriber::with_prefix(seq, CONFIG_PUSH)),
             detection: Mutex::new(None),
             closed,
             server_requests: AtomicU64::new(1),

@@ -263,6 +263,7 @@ fn setup(conn: &Conn, envelope: &Envelope) {
     conn.announce(
         setup.client_version.clone().unwrap_or_default(),
         label("AppName"),
+        label("Vipserver-Tag"),
     );
     conn.mark_registered();
     tracing::debug!(
@@ -291,12 +292,15 @@ fn answered(node: &Node, conn: &Conn, ack: &ClientAck) {
         return;
     }
     let grpc = node.config().grpc;
-    let Some(in_flight) = conn.subscriber.ack(
-        request_id,
-        ack.succeeded(),
-        node.now(),
-        crate::clock::millis(grpc.push_retry),
-    ) else {
+    let (now, retry) = (node.now(), crate::clock::millis(grpc.push_retry));
+    // A config change push's answer clears it as a service push's does,
+    // so the next change is pushed at once, not after the retry time.
+    let acked = if conn.listener.sent(request_id) {
+        conn.listener.ack(request_id, ack.succeeded(), now, retry)
+    } else {
+        conn.subscriber.ack(request_id, ack.succeeded(), now, retry)
+    };
+    let Some(in_flight) = acked else {
         return;
     };
     let success = if ack.succeeded() { "true" } else { "false" };

@@ -82,7 +82,7 @@ pub(crate) async fn dispatch(node: &Node, conn: &Arc<Conn>, envelope: Envelope) 
         Some(RequestKind::ServiceQuery) => query(node, &envelope),
         Some(RequestKind::Subscribe) => subscribe(node, conn, &envelope),
         Some(RequestKind::ServiceList) => service_list(node, &envelope),
-        Some(RequestKind::ConfigQuery) => config::query(node, &envelope),
+        Some(RequestKind::ConfigQuery) => config::query(node, conn, &envelope),
         Some(RequestKind::ConfigPublish) => config::publish(node, conn, &envelope).await,
         Some(RequestKind::ConfigRemove) => config::remove(node, conn, &envelope).await,
         Some(RequestKind::ConfigBatchListen) => config::batch_listen(node, conn, &envelope),

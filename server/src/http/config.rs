@@ -10,8 +10,10 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use std::sync::Arc;
 use tokio::sync::broadcast::error::RecvError;
-use understudy_core::{ConfigKey, ConfigSpec, Op};
+
+use understudy_core::{ConfigItem, ConfigKey, ConfigSpec, GrayRule, Op};
 use understudy_proto::nacos::{ErrorCode, NacosResult};
 
 use super::caller::Caller;
@@ -68,14 +70,32 @@ pub(crate) fn content_type(kind: &str) -> &'static str {
     }
 }
 
-pub(crate) async fn get_v1(State(node): State<Node>, params: Input) -> Response {
-    let found = params
-        .and_then(|p| key(&p, Api::V1))
-        .map(|key| node.registry().config(&key));
+/// A config as one caller reads it, and the gray release's rule if the
+/// content is a gray release's.
+pub(crate) type ReadFor = (Arc<ConfigItem>, Option<GrayRule>);
+
+/// What the caller gets of the config `p` names: a gray release whose
+/// rule takes it (by its address, or the `tag` it asks for), else the
+/// formal content; and which release, if any.
+pub(crate) fn read_for(
+    node: &Node,
+    p: &Params,
+    api: Api,
+    caller: &Caller,
+) -> Result<Option<ReadFor>, ApiError> {
+    let key = key(p, api)?;
+    let registry = node.registry();
+    Ok(registry
+        .config_for(&key, &caller.ip, p.get("tag").map(str::trim))
+        .map(|(item, gray)| (item, gray.map(|g| g.rule.clone()))))
+}
+
+pub(crate) async fn get_v1(State(node): State<Node>, caller: Caller, params: Input) -> Response {
+    let found = params.and_then(|p| read_for(&node, &p, Api::V1, &caller));
     match found {
         Err(e) => e.v1(),
         Ok(None) => (StatusCode::NOT_FOUND, "config data not exist\n").into_response(),
-        Ok(Some(item)) => {
+        Ok(Some((item, gray))) => {
             let mut headers = HeaderMap::new();
             let mut set = |name: &'static str, value: &str| {
                 if let Ok(value) = HeaderValue::from_str(value) {
@@ -93,19 +113,22 @@ pub(crate) async fn get_v1(State(node): State<Node>, params: Input) -> Response 
             if !item.encrypted_data_key.is_empty() {
                 set("encrypted-data-key", &item.encrypted_data_key);
             }
+            match &gray {
+                Some(GrayRule::Beta { .. }) => set("isBeta", "true"),
+                Some(GrayRule::Tag { tag }) => set("tag", tag),
+                None => {}
+            }
             (headers, item.content.clone()).into_response()
         }
     }
 }
 
-pub(crate) async fn get_v2(State(node): State<Node>, params: Input) -> Response {
-    let found = params
-        .and_then(|p| key(&p, Api::V2))
-        .map(|key| node.registry().config(&key));
+pub(crate) async fn get_v2(State(node): State<Node>, caller: Caller, params: Input) -> Response {
+    let found = params.and_then(|p| read_for(&node, &p, Api::V2, &caller));
     match found {
         Err(e) => e.v2(),
         Ok(None) => ApiError::not_found(ErrorCode::ResourceNotFound, "config data not exist").v2(),
-        Ok(Some(item)) => Json(NacosResult::success(item.content.clone())).into_response(),
+        Ok(Some((item, _))) => Json(NacosResult::success(item.content.clone())).into_response(),
     }
 }
 
@@ -131,25 +154,33 @@ pub(crate) async fn publish(
             .to_owned(),
         encrypted_data_key: p.get("encryptedDataKey").unwrap_or("").to_owned(),
     };
-    if p.get("tag").is_some() || headers.get("betaIps").is_some() {
-        return Err(ApiError::invalid(
-            "tag",
-            "beta and tag publishing are not supported",
-        ));
-    }
+    let beta_ips = headers
+        .get("betaIps")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let gray = GrayRule::requested(beta_ips, p.get("tag").unwrap_or(""))?;
     let cas_md5 = headers
         .get("casMd5")
         .and_then(|v| v.to_str().ok())
         .filter(|v| !v.trim().is_empty())
         .map(str::to_owned);
     let source = caller.source(p);
-    node.propose(Op::PublishConfigFrom {
-        key,
-        spec,
-        cas_md5,
-        source,
-    })
-    .await?;
+    let op = match gray {
+        // A gray release is not compared: it replaces the one of its name.
+        Some(rule) => Op::PublishConfigGray {
+            key,
+            rule,
+            spec,
+            source,
+        },
+        None => Op::PublishConfigFrom {
+            key,
+            spec,
+            cas_md5,
+            source,
+        },
+    };
+    node.propose(op).await?;
     Ok(())
 }
 
@@ -161,7 +192,15 @@ pub(crate) async fn remove(
 ) -> Result<(), ApiError> {
     let key = key(p, api)?;
     let source = caller.source(p);
-    node.propose(Op::RemoveConfigFrom { key, source }).await?;
+    // With a tag, the gray release of that tag goes, not the config.
+    let op = match p.get("tag").map(str::trim) {
+        Some(tag) => match node.registry().gray_named(&key, tag) {
+            Some(name) => Op::RemoveConfigGray { key, name, source },
+            None => return Ok(()),
+        },
+        None => Op::RemoveConfigFrom { key, source },
+    };
+    node.propose(op).await?;
     Ok(())
 }
 
@@ -247,11 +286,16 @@ pub(crate) fn parse_listening(raw: &str) -> Result<Vec<Listening>, ApiError> {
     Ok(records)
 }
 
-fn changed<'a>(node: &Node, records: &'a [Listening]) -> Vec<&'a Listening> {
+/// The records whose md5 differs from what this client gets (a gray
+/// release meant for its address, else the formal content).
+fn changed<'a>(node: &Node, ip: &str, records: &'a [Listening]) -> Vec<&'a Listening> {
     let registry = node.registry();
     records
         .iter()
-        .filter(|r| registry.config_md5(&r.key) != r.md5)
+        .filter(|r| match registry.config_for(&r.key, ip, None) {
+            Some((item, _)) => item.md5 != r.md5,
+            None => !r.md5.is_empty(),
+        })
         .collect()
 }
 
@@ -284,6 +328,7 @@ fn answer(changed: &[&Listening]) -> Response {
 /// `POST /nacos/v1/cs/configs/listener`.
 pub(crate) async fn listen(
     State(node): State<Node>,
+    caller: Caller,
     headers: HeaderMap,
     params: Input,
 ) -> Response {
@@ -298,7 +343,7 @@ pub(crate) async fn listen(
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     // Subscribe before comparing, so a change in between is not missed.
     let mut changes = node.state().config_changes();
-    let now_changed = changed(&node, &records);
+    let now_changed = changed(&node, &caller.ip, &records);
     let hold = header("Long-Pulling-Timeout").and_then(|t| t.trim().parse::<u64>().ok());
     let no_hangup = header("Long-Pulling-Timeout-No-Hangup") == Some("true");
     let Some(hold) = hold.filter(|_| now_changed.is_empty() && !no_hangup) else {
@@ -314,7 +359,7 @@ pub(crate) async fn listen(
             Ok(Ok(key)) => key,
             // Missed some changes: compare everything again.
             Ok(Err(RecvError::Lagged(_))) => {
-                let now_changed = changed(&node, &records);
+                let now_changed = changed(&node, &caller.ip, &records);
                 if now_changed.is_empty() {
                     continue;
                 }
@@ -323,7 +368,7 @@ pub(crate) async fn listen(
             Ok(Err(RecvError::Closed)) => return answer(&[]),
         };
         if watched.contains_key(&key) {
-            let now_changed: Vec<&Listening> = changed(&node, &records)
+            let now_changed: Vec<&Listening> = changed(&node, &caller.ip, &records)
                 .into_iter()
                 .filter(|r| r.key == key)
                 .collect();

@@ -1,6 +1,6 @@
 //! What a raft snapshot holds, and how it is read: in this build's
 //! format, or in format 3, the previous version's, whose configs had no
-//! ids, origins or history. A data dir or a peer of that version still
+//! ids, origins, gray releases or history. A data dir or a peer of that version still
 //! loads; its configs get ids in key order and empty histories.
 
 use std::sync::Arc;
@@ -102,6 +102,7 @@ fn read_format_3(body: &[u8]) -> Result<SnapshotBody, postcard::Error> {
             namespaces: old.registry.namespaces,
             services: old.registry.services,
             configs,
+            grays: Vec::new(),
             history: Vec::new(),
             serial,
             lost_nodes: old.registry.lost_nodes,

@@ -10,7 +10,7 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::routing::{delete, get};
 use serde::Serialize;
-use understudy_core::{ConfigItem, ConfigKey, HistoryEntry, NamespaceId, Op};
+use understudy_core::{ConfigItem, ConfigKey, GrayRule, HistoryEntry, NamespaceId, Op};
 use understudy_proto::nacos::ErrorCode;
 use understudy_proto::nacos3::Page;
 
@@ -32,6 +32,10 @@ pub(super) fn routes() -> Vec<Route> {
             get(admin_get).post(publish).delete(remove),
         ),
         ("/nacos/v3/admin/cs/config/list", get(list)),
+        (
+            "/nacos/v3/admin/cs/config/beta",
+            get(beta_get).delete(beta_stop),
+        ),
         ("/nacos/v3/admin/cs/config/batch", delete(remove_batch)),
         ("/nacos/v3/admin/cs/history/list", get(history_list)),
         ("/nacos/v3/admin/cs/history", get(history_get)),
@@ -42,15 +46,10 @@ pub(super) fn routes() -> Vec<Route> {
 
 fn existing(node: &Node, p: &Params) -> Result<(ConfigKey, Arc<ConfigItem>), ApiError> {
     let key = shared::key(p, Api::V3)?;
-    let item = node.registry().config(&key).ok_or_else(|| {
-        ApiError::not_found(
-            ErrorCode::ResourceNotFound,
-            format!(
-                "config dataId={} groupName={} namespaceId={} does not exist",
-                key.data_id, key.group, key.namespace
-            ),
-        )
-    })?;
+    let item = node
+        .registry()
+        .config(&key)
+        .ok_or_else(|| ApiError::not_found(ErrorCode::ResourceNotFound, not_found_text(&key)))?;
     Ok((key, item))
 }
 
@@ -66,16 +65,20 @@ struct ClientConfig {
     beta: bool,
 }
 
-/// `GET /v3/client/cs/config`. A config that does not exist answers HTTP
-/// 200 with code 20004, as Nacos does.
-async fn client_get(State(node): State<Node>, params: Input) -> Response {
+/// `GET /v3/client/cs/config`: what the caller gets (a beta release
+/// whose addresses include the caller's, else the formal content; tag
+/// releases are not read over HTTP, as in Nacos). A config that does not
+/// exist answers HTTP 200 with code 20004, as Nacos does.
+async fn client_get(State(node): State<Node>, caller: Caller, params: Input) -> Response {
     reply(params.and_then(|p| {
-        let (_, item) = existing(&node, &p).map_err(|e| {
-            if e.status() == axum::http::StatusCode::NOT_FOUND {
-                e.with_status(axum::http::StatusCode::OK)
-            } else {
-                e
-            }
+        let key = shared::key(&p, Api::V3)?;
+        let found = node
+            .registry()
+            .config_for(&key, &caller.ip, None)
+            .map(|(item, gray)| (item, gray.is_some()));
+        let (item, beta) = found.ok_or_else(|| {
+            ApiError::not_found(ErrorCode::ResourceNotFound, not_found_text(&key))
+                .with_status(axum::http::StatusCode::OK)
         })?;
         Ok(ClientConfig {
             content: item.content.clone(),
@@ -83,9 +86,64 @@ async fn client_get(State(node): State<Node>, params: Input) -> Response {
             content_type: item.kind.clone(),
             md5: item.md5.clone(),
             last_modified: item.last_modified,
-            beta: false,
+            beta,
         })
     }))
+}
+
+fn not_found_text(key: &ConfigKey) -> String {
+    format!(
+        "config dataId={} groupName={} namespaceId={} does not exist",
+        key.data_id, key.group, key.namespace
+    )
+}
+
+/// A gray release as Nacos' `ConfigGrayInfo`: the detail, its name and
+/// its rule.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct GrayInfo {
+    #[serde(flatten)]
+    config: ConfigInfo,
+    gray_name: String,
+    gray_rule: String,
+}
+
+/// `GET /cs/config/beta`: the config's beta release.
+async fn beta_get(State(node): State<Node>, params: Input) -> Response {
+    reply(params.and_then(|p| {
+        let key = shared::key(&p, Api::V3)?;
+        let registry = node.registry();
+        let gray = registry
+            .grays(&key)
+            .iter()
+            .find(|g| matches!(g.rule, GrayRule::Beta { .. }))
+            .ok_or_else(|| {
+                ApiError::not_found(ErrorCode::ResourceNotFound, "Config is not in beta.")
+            })?;
+        Ok(GrayInfo {
+            config: ConfigInfo::new(&key, &gray.item, true),
+            gray_name: gray.rule.name(),
+            gray_rule: gray.rule.to_nacos_json(),
+        })
+    }))
+}
+
+/// `DELETE /cs/config/beta`: stops the beta release (its clients get the
+/// formal content again); `true` also when there was none.
+async fn beta_stop(State(node): State<Node>, caller: Caller, params: Input) -> Response {
+    done(
+        async {
+            let p = params?;
+            let key = shared::key(&p, Api::V3)?;
+            let source = caller.source(&p);
+            let name = "beta".to_owned();
+            node.propose(Op::RemoveConfigGray { key, name, source })
+                .await?;
+            Ok(())
+        }
+        .await,
+    )
 }
 
 /// A config as Nacos' `ConfigBasicInfo` (lists) and, with its content,
