@@ -243,6 +243,58 @@ pub enum Op {
         /// Who stops it.
         source: ConfigSource,
     },
+    /// Create a user (the adapter hashes the password).
+    CreateUser {
+        /// The name.
+        name: String,
+        /// The password's bcrypt hash.
+        password_hash: String,
+    },
+    /// Create the first admin: a user bound to `ROLE_ADMIN`, refused
+    /// when any user holds that role.
+    CreateInitialAdmin {
+        /// The name.
+        name: String,
+        /// The password's bcrypt hash.
+        password_hash: String,
+    },
+    /// Change a user's password.
+    SetPassword {
+        /// The name.
+        name: String,
+        /// The new password's bcrypt hash.
+        password_hash: String,
+    },
+    /// Delete a user, with its role bindings.
+    DeleteUser {
+        /// The name.
+        name: String,
+    },
+    /// Give a user a role.
+    BindRole {
+        /// The role.
+        role: String,
+        /// The user.
+        user: String,
+    },
+    /// Take a role from one user, or from everyone (`user` `None`), with
+    /// the role's permissions once nobody holds it.
+    UnbindRole {
+        /// The role.
+        role: String,
+        /// The user.
+        user: Option<String>,
+    },
+    /// Grant a role a permission.
+    Grant {
+        /// The permission.
+        permission: crate::access::Permission,
+    },
+    /// Revoke a permission (a no-op when not granted).
+    Revoke {
+        /// The permission.
+        permission: crate::access::Permission,
+    },
     /// Remove metadata keys from an existing instance, and from what
     /// operators laid over it (the opposite of an [`Op::UpdateInstance`]
     /// that sets them). Variants are only ever added at the end: the raft

@@ -15,6 +15,14 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// A user, role or permission does not exist.
+    #[error("{what} '{name}' not found")]
+    NotFound {
+        /// What was looked for (`user`, `role`, `permission`).
+        what: &'static str,
+        /// Its name.
+        name: String,
+    },
     /// The service does not exist.
     #[error("service not found, namespace: {namespace}, serviceName: {service}")]
     ServiceNotFound {

@@ -27,6 +27,7 @@
 
 #![warn(missing_docs)]
 
+pub mod access;
 mod command;
 mod config;
 mod error;

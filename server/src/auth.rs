@@ -1,5 +1,7 @@
 //! Authentication, off by default as in Nacos. Users and their bcrypt
-//! password hashes come from the config file; a login issues a token that
+//! password hashes come from the config file (bootstrap accounts) and
+//! from the replicated state (created through `/nacos/v3/auth/user`,
+//! limited to what their roles' permissions allow); a login issues a token that
 //! every API then checks: HTTP (`accessToken` parameter or
 //! `Authorization: Bearer`), Nacos gRPC (the `accessToken` header of each
 //! request) and the native API (`authorization: Bearer` metadata).
@@ -52,6 +54,16 @@ pub struct Identity {
     pub user: String,
     /// Whether the user may use the admin endpoints.
     pub admin: bool,
+    /// Whether the user is one of the config file's (bootstrap accounts:
+    /// not limited to namespaces, never changed through the API).
+    pub bootstrap: bool,
+}
+
+/// A user as a login or a check finds it.
+struct Account {
+    password_hash: String,
+    admin: bool,
+    bootstrap: bool,
 }
 
 /// A login's answer.
@@ -76,12 +88,72 @@ struct Claims {
 #[derive(Debug, Clone)]
 pub struct Auth {
     config: AuthConfig,
+    /// The applied state, whose users, roles and permissions (created
+    /// through the API, replicated) are looked up at every check.
+    state: Option<std::sync::Arc<crate::state::State>>,
 }
 
 impl Auth {
     /// Auth as configured.
     pub fn new(config: AuthConfig) -> Self {
-        Self { config }
+        Self {
+            config,
+            state: None,
+        }
+    }
+
+    /// Also knows the users, roles and permissions of `state`.
+    pub(crate) fn with_state(mut self, state: std::sync::Arc<crate::state::State>) -> Self {
+        self.state = Some(state);
+        self
+    }
+
+    /// Whether `name` is a user of the config file.
+    pub fn is_bootstrap(&self, name: &str) -> bool {
+        self.user(name).is_some()
+    }
+
+    /// Whether `name` is a user, of the config file or created through
+    /// the API.
+    pub fn knows(&self, name: &str) -> bool {
+        self.account(name).is_some()
+    }
+
+    fn account(&self, name: &str) -> Option<Account> {
+        if let Some(user) = self.user(name) {
+            return Some(Account {
+                password_hash: user.password_hash.clone(),
+                admin: user.admin,
+                bootstrap: true,
+            });
+        }
+        let registry = self.state.as_ref()?.registry();
+        let password_hash = registry.user_hash(name)?.to_owned();
+        let admin = registry
+            .roles_of(name)
+            .any(|r| r == understudy_core::access::ADMIN_ROLE);
+        Some(Account {
+            password_hash,
+            admin,
+            bootstrap: false,
+        })
+    }
+
+    /// Whether `identity` may do `action` on `resource`: the config
+    /// file's users and admins everywhere, other users as their roles'
+    /// permissions say.
+    pub fn allows(
+        &self,
+        identity: &Identity,
+        resource: &str,
+        action: understudy_core::access::Action,
+    ) -> bool {
+        identity.bootstrap
+            || identity.admin
+            || self
+                .state
+                .as_ref()
+                .is_some_and(|s| s.registry().allows(&identity.user, resource, action))
     }
 
     /// Whether calls need a token.
@@ -99,7 +171,7 @@ impl Auth {
     /// a bcrypt verification: call it off the async threads.
     pub fn login(&self, user: &str, password: &str, now_ms: u64) -> Result<Issued, Denied> {
         let admin = if self.config.enabled {
-            let known = self.user(user).ok_or(Denied::BadCredentials)?;
+            let known = self.account(user).ok_or(Denied::BadCredentials)?;
             if !bcrypt::verify(password, &known.password_hash).unwrap_or(false) {
                 return Err(Denied::BadCredentials);
             }
@@ -152,10 +224,11 @@ impl Auth {
         if claims.exp <= now_ms / 1000 {
             return Err(Denied::Expired);
         }
-        let user = self.user(&claims.sub).ok_or(Denied::Invalid)?;
+        let account = self.account(&claims.sub).ok_or(Denied::Invalid)?;
         Ok(Identity {
-            user: user.name.clone(),
-            admin: user.admin,
+            user: claims.sub,
+            admin: account.admin,
+            bootstrap: account.bootstrap,
         })
     }
 

@@ -140,7 +140,7 @@ impl Node {
                 None
             }
         };
-        let auth = crate::auth::Auth::new(config.auth.clone());
+        let auth = crate::auth::Auth::new(config.auth.clone()).with_state(state.clone());
         let admission = crate::admission::Admission::new(
             config.admission.max_concurrent_requests,
             config.admission.request_queue_timeout,

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use understudy_core::access::{Action, Permission};
 use understudy_core::{ConfigKey, ConfigSource, ConfigSpec, Op};
 use understudy_server::config::Settings;
 use understudy_server::raft::StartError;
@@ -98,6 +99,26 @@ async fn a_whole_cluster_restarted_on_its_data_dirs_keeps_its_instances_and_conf
     }
     cluster.node(leader).propose(publish("v=1")).await?;
     cluster.node(leader).propose(publish("v=2")).await?;
+    // Users, roles and permissions are replicated state too.
+    for op in [
+        Op::CreateUser {
+            name: "ops".into(),
+            password_hash: "$2b$04$hash".into(),
+        },
+        Op::BindRole {
+            role: "ops-role".into(),
+            user: "ops".into(),
+        },
+        Op::Grant {
+            permission: Permission {
+                role: "ops-role".into(),
+                resource: "dev:*:*".into(),
+                action: Action::Read,
+            },
+        },
+    ] {
+        cluster.node(leader).propose(op).await?;
+    }
     let index = cluster.last_applied(leader);
     cluster.applied(&[1, 2, 3], index, WAIT).await?;
     // Each node has built (and so kept) a snapshot; the restart goes
@@ -126,6 +147,13 @@ async fn a_whole_cluster_restarted_on_its_data_dirs_keeps_its_instances_and_conf
         })
         .await?;
         eventually(node, "the config history", |n| history_on(n) == history).await?;
+        eventually(node, "the users and permissions", |n| {
+            let registry = n.registry();
+            registry.user_hash("ops") == Some("$2b$04$hash")
+                && registry.allows("ops", "dev:g:config/a", Action::Read)
+                && !registry.allows("ops", "dev:g:config/a", Action::Write)
+        })
+        .await?;
     }
     // The restarted cluster takes writes again.
     cluster.node(leader).propose(register(9000)).await?;

@@ -22,6 +22,7 @@ use crate::{
 };
 use history::History;
 
+mod access;
 mod configs;
 mod history;
 mod namespaces;
@@ -150,6 +151,12 @@ pub struct RegistrySnapshot {
     pub grays: Vec<(ConfigKey, Arc<GrayRelease>)>,
     /// Every config history entry kept, oldest first.
     pub history: Vec<Arc<HistoryEntry>>,
+    /// Users created through the API, with their password hashes.
+    pub users: Vec<(String, String)>,
+    /// Role bindings, as (role, user).
+    pub roles: Vec<(String, String)>,
+    /// Permissions granted to roles.
+    pub permissions: Vec<crate::access::Permission>,
     /// The last config id or history id handed out.
     pub serial: u64,
     /// Nodes the leader declared lost ([`Op::NodeLost`]) and that have not
@@ -220,6 +227,7 @@ pub struct Registry {
     /// The gray releases of each config that has any.
     grays: BTreeMap<ConfigKey, Vec<Arc<GrayRelease>>>,
     history: History,
+    access: access::Access,
     /// The last config id or history id handed out.
     serial: u64,
     lost_nodes: BTreeSet<u64>,
@@ -248,6 +256,7 @@ impl Registry {
             configs: BTreeMap::new(),
             grays: BTreeMap::new(),
             history: History::default(),
+            access: access::Access::default(),
             serial: 0,
             lost_nodes: BTreeSet::new(),
         }
@@ -419,6 +428,36 @@ impl Registry {
         })
     }
 
+    /// The password hash of a user created through the API.
+    pub fn user_hash(&self, name: &str) -> Option<&str> {
+        self.access.user_hash(name)
+    }
+
+    /// The users created through the API.
+    pub fn user_names(&self) -> impl Iterator<Item = &String> {
+        self.access.user_names()
+    }
+
+    /// The roles bound to `user`.
+    pub fn roles_of<'a>(&'a self, user: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.access.roles_of(user)
+    }
+
+    /// Every role binding, as (role, user).
+    pub fn role_bindings(&self) -> &BTreeSet<(String, String)> {
+        self.access.role_bindings()
+    }
+
+    /// Every permission granted.
+    pub fn permissions(&self) -> &BTreeSet<crate::access::Permission> {
+        self.access.all_permissions()
+    }
+
+    /// Whether `user`'s roles allow `action` on `resource`.
+    pub fn allows(&self, user: &str, resource: &str, action: crate::access::Action) -> bool {
+        self.access.allows(user, resource, action)
+    }
+
     /// The connection owners held by node `node` that own instances.
     pub fn owners_on(&self, node: u64) -> impl Iterator<Item = &Owner> {
         let first = Owner::Connection {
@@ -517,6 +556,9 @@ impl Registry {
                 .flat_map(|(k, grays)| grays.iter().map(move |g| (k.clone(), g.clone())))
                 .collect(),
             history: self.history.entries().cloned().collect(),
+            users: self.access.users(),
+            roles: self.access.roles(),
+            permissions: self.access.permissions(),
             serial: self.serial,
             lost_nodes: self.lost_nodes.iter().copied().collect(),
         }
@@ -535,6 +577,8 @@ impl Registry {
             registry.grays.entry(key).or_default().push(gray);
         }
         registry.history = snapshot.history.into_iter().collect();
+        registry.access =
+            access::Access::restore(snapshot.users, snapshot.roles, snapshot.permissions);
         registry.serial = snapshot.serial;
         registry.lost_nodes = snapshot.lost_nodes.into_iter().collect();
         for service in snapshot.services {
@@ -592,6 +636,23 @@ impl Registry {
                 healthy,
                 source,
             } => self.set_health(&mut tx, service, key, *healthy, source)?,
+            Op::CreateUser {
+                name,
+                password_hash,
+            } => self.access.create_user(name, password_hash)?,
+            Op::CreateInitialAdmin {
+                name,
+                password_hash,
+            } => self.access.create_initial_admin(name, password_hash)?,
+            Op::SetPassword {
+                name,
+                password_hash,
+            } => self.access.set_password(name, password_hash)?,
+            Op::DeleteUser { name } => self.access.delete_user(name)?,
+            Op::BindRole { role, user } => self.access.bind(role, user)?,
+            Op::UnbindRole { role, user } => self.access.unbind(role, user.as_deref())?,
+            Op::Grant { permission } => self.access.grant(permission)?,
+            Op::Revoke { permission } => self.access.revoke(permission),
             Op::RemoveInstanceMetadata { service, key, keys } => {
                 self.remove_instance_metadata(&mut tx, service, key, keys)?
             }

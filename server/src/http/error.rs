@@ -230,6 +230,7 @@ impl From<CoreError> for ApiError {
         match error {
             CoreError::Invalid { field, reason } => Self::invalid(field, reason),
             CoreError::ServiceNotFound { .. } => bad(ErrorCode::ServiceNotExist),
+            CoreError::NotFound { .. } => Self::not_found(ErrorCode::ResourceNotFound, message),
             CoreError::ServiceExists { .. } => bad(ErrorCode::ServiceAlreadyExist),
             CoreError::ServiceNotEmpty { .. } => bad(ErrorCode::ServiceDeleteFailure),
             CoreError::KindMismatch { .. } => bad(ErrorCode::InstanceError),

@@ -24,7 +24,10 @@ use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use understudy_core::access::Action;
+
 use super::error::{plain, ApiError};
+use super::params::Params;
 use crate::raft::network::SECRET_METADATA;
 use crate::Node;
 
@@ -39,6 +42,20 @@ enum Access {
 
 fn access(method: &Method, path: &str) -> Access {
     let read = method == Method::GET || method == Method::HEAD;
+    if path.starts_with("/nacos/v3/auth/")
+        && !matches!(
+            path,
+            "/nacos/v3/auth/user/login" | "/nacos/v3/auth/user/admin"
+        )
+    {
+        // Users, roles and permissions are an admin's, but a user may
+        // change its own password (the handler checks whose).
+        return if method == Method::PUT && path == "/nacos/v3/auth/user" {
+            Access::User
+        } else {
+            Access::Admin
+        };
+    }
     let open = path.starts_with("/nacos/v1/auth/")
         || path.starts_with("/nacos/v3/auth/")
         || matches!(
@@ -120,6 +137,33 @@ pub(crate) async fn guard(State(node): State<Node>, request: Request, next: Next
                 Ok(identity) if needed != Access::User && !identity.admin => {
                     crate::auth::Denied::NotAdmin(identity.user).to_string()
                 }
+                Ok(identity) if !identity.bootstrap && !identity.admin => {
+                    // A user created through the API: its roles'
+                    // permissions decide, per namespace.
+                    let method = request.method().clone();
+                    let (restored, params) = match params(request, limit).await {
+                        Ok(found) => found,
+                        Err(refused) => return refused,
+                    };
+                    request = restored;
+                    match resource(&method, &path, &params) {
+                        Some((resource, action)) if !auth.allows(&identity, &resource, action) => {
+                            format!(
+                                "authorization failed! user '{}' may not {} {resource}",
+                                identity.user,
+                                if action == Action::Read {
+                                    "read"
+                                } else {
+                                    "write"
+                                }
+                            )
+                        }
+                        _ => {
+                            request.extensions_mut().insert(identity);
+                            return next.run(request).await;
+                        }
+                    }
+                }
                 Ok(identity) => {
                     // Handlers read who called (a config's history names
                     // its publisher).
@@ -169,6 +213,82 @@ async fn token(request: Request, limit: usize) -> Result<(Request, Option<String
     };
     let token = find_token(&bytes);
     Ok((Request::from_parts(parts, Body::from(bytes)), token))
+}
+
+/// The request's parameters (query and form body, the body put back).
+async fn params(request: Request, limit: usize) -> Result<(Request, Params), Response> {
+    let form = request
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
+    let query = request.uri().query().unwrap_or_default().to_owned();
+    let (parts, body) = request.into_parts();
+    let bytes = if form {
+        match axum::body::to_bytes(body, limit).await {
+            Ok(bytes) => bytes,
+            Err(_) => {
+                let message =
+                    format!("the request body is unreadable or larger than {limit} bytes");
+                return Err((StatusCode::PAYLOAD_TOO_LARGE, plain(message)).into_response());
+            }
+        }
+    } else {
+        let request = Request::from_parts(parts, body);
+        let params = Params::decode(query.as_bytes(), b"").map_err(ApiError::v2)?;
+        return Ok((request, params));
+    };
+    let params = Params::decode(query.as_bytes(), &bytes).map_err(ApiError::v2)?;
+    Ok((Request::from_parts(parts, Body::from(bytes)), params))
+}
+
+/// The resource a Nacos naming or config request touches and what it does
+/// to it (`GET` reads; a config long poll reads too), as Nacos' auth
+/// plugin names it: `namespace:group:naming/service` or
+/// `namespace:group:config/dataId`. `None` for the other endpoints.
+fn resource(method: &Method, path: &str, p: &Params) -> Option<(String, Action)> {
+    let kind = if path.contains("/ns/") {
+        "naming"
+    } else if path.contains("/cs/") {
+        "config"
+    } else {
+        return None;
+    };
+    let listening = path.ends_with("/configs/listener");
+    let action = if method == Method::GET || method == Method::HEAD || listening {
+        Action::Read
+    } else {
+        Action::Write
+    };
+    let namespace = p
+        .get_any(&["namespaceId", "tenant", "namespace"])
+        .unwrap_or("");
+    let (group, name) = if kind == "naming" {
+        match p.get("serviceName") {
+            Some(service) => match service.split_once(understudy_core::GROUP_SEPARATOR) {
+                Some((group, name)) => (group.to_owned(), name.to_owned()),
+                None => (
+                    p.get("groupName")
+                        .unwrap_or(understudy_core::DEFAULT_GROUP)
+                        .to_owned(),
+                    service.to_owned(),
+                ),
+            },
+            None => (p.get("groupName").unwrap_or("").to_owned(), String::new()),
+        }
+    } else {
+        (
+            p.get_any(&["groupName", "group"]).unwrap_or("").to_owned(),
+            p.get("dataId").unwrap_or("").to_owned(),
+        )
+    };
+    let namespace = understudy_core::NamespaceId::parse(namespace)
+        .map(|ns| ns.to_string())
+        .unwrap_or_else(|_| namespace.to_owned());
+    Some((
+        understudy_core::access::resource(&namespace, &group, kind, &name),
+        action,
+    ))
 }
 
 fn find_token(encoded: &[u8]) -> Option<String> {

@@ -199,6 +199,7 @@ fn status(e: understudy_core::Error) -> tonic::Status {
         Error::Invalid { .. } => tonic::Status::invalid_argument(message),
         Error::OverLimit { .. } => tonic::Status::resource_exhausted(message),
         Error::ServiceNotFound { .. }
+        | Error::NotFound { .. }
         | Error::InstanceNotFound { .. }
         | Error::NamespaceNotFound { .. }
         | Error::HistoryCompacted { .. } => tonic::Status::not_found(message),

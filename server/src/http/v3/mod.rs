@@ -9,6 +9,7 @@
 //! namespaces). Endpoints that exist for Nacos' own storage and loaders
 //! answer 501 naming what understudy does instead ([`unserved`]).
 
+mod auth;
 mod clients;
 mod config;
 mod core;
@@ -29,6 +30,7 @@ pub(super) fn routes() -> Router<AppState> {
     let mut router = Router::new();
     for (path, route) in naming::routes()
         .into_iter()
+        .chain(auth::routes())
         .chain(clients::routes())
         .chain(config::routes())
         .chain(transfer::routes())

@@ -1,0 +1,373 @@
+//! Users, roles and permissions created through `/nacos/v3/auth`: a user
+//! with `r` on one namespace reads it and nothing else and writes
+//! nothing; a user with `rw` writes it; refusals are 403 naming the
+//! resource; a deleted user's token stops working at once; on a cluster,
+//! a permission granted on one node holds on the others once applied.
+//! (Over HTTP v1, v2 and v3; the Nacos gRPC and native APIs still accept
+//! any valid token.)
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+use understudy_server::auth::hash_password;
+use understudy_server::config::{Settings, UserSetting};
+use understudy_tests::{eventually, Server};
+
+fn secured() -> Settings {
+    Settings {
+        auth_enabled: Some(true),
+        auth_token_secret: Some("a token secret of at least 32 bytes".to_owned()),
+        users: Some(vec![UserSetting {
+            name: "nacos".to_owned(),
+            password_hash: hash_password("nacos-pw", 4).expect("a hash"),
+            admin: true,
+        }]),
+        ..Settings::default()
+    }
+}
+
+async fn login(server: &Server, user: &str, password: &str) -> String {
+    let reply: Value = reqwest::Client::new()
+        .post(server.url("/nacos/v1/auth/users/login"))
+        .form(&[("username", user), ("password", password)])
+        .send()
+        .await
+        .expect("the server answers")
+        .json()
+        .await
+        .expect("JSON");
+    reply["accessToken"].as_str().expect("a token").to_owned()
+}
+
+/// A call with a token: the status and the body.
+async fn call(
+    server: &Server,
+    token: &str,
+    method: Method,
+    path: &str,
+    form: &[(&str, &str)],
+) -> (StatusCode, String) {
+    let client = reqwest::Client::new();
+    let request = client
+        .request(method.clone(), server.url(path))
+        .header("accessToken", token);
+    let request = if method == Method::GET || method == Method::DELETE {
+        request.query(form)
+    } else {
+        request.form(form)
+    };
+    let reply = request.send().await.expect("the server answers");
+    (reply.status(), reply.text().await.expect("a body"))
+}
+
+async fn ok(
+    server: &Server,
+    token: &str,
+    method: Method,
+    path: &str,
+    form: &[(&str, &str)],
+) -> String {
+    let (status, body) = call(server, token, method.clone(), path, form).await;
+    assert_eq!(status, StatusCode::OK, "{method} {path}: {body}");
+    body
+}
+
+/// Creates `user` with `action` on namespace `ns` through a role of its own.
+async fn grant(server: &Server, admin: &str, user: &str, ns: &str, action: &str) {
+    let role = format!("{user}-role");
+    ok(
+        server,
+        admin,
+        Method::POST,
+        "/nacos/v3/auth/user",
+        &[("username", user), ("password", "pw-of-user")],
+    )
+    .await;
+    ok(
+        server,
+        admin,
+        Method::POST,
+        "/nacos/v3/auth/role",
+        &[("role", &role), ("username", user)],
+    )
+    .await;
+    let resource = format!("{ns}:*:*");
+    ok(
+        server,
+        admin,
+        Method::POST,
+        "/nacos/v3/auth/permission",
+        &[("role", &role), ("resource", &resource), ("action", action)],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permissions_hold_per_namespace_on_every_http_api() -> anyhow::Result<()> {
+    let server = Server::start(secured()).await?;
+    let admin = login(&server, "nacos", "nacos-pw").await;
+    ok(
+        &server,
+        &admin,
+        Method::POST,
+        "/nacos/v3/admin/core/namespace",
+        &[("namespaceId", "team-a"), ("namespaceName", "A")],
+    )
+    .await;
+    grant(&server, &admin, "reader", "team-a", "r").await;
+    grant(&server, &admin, "writer", "team-a", "rw").await;
+    let reader = login(&server, "reader", "pw-of-user").await;
+    let writer = login(&server, "writer", "pw-of-user").await;
+
+    let instance = [
+        ("serviceName", "orders"),
+        ("ip", "10.0.0.1"),
+        ("port", "80"),
+        ("namespaceId", "team-a"),
+    ];
+    // The writer writes team-a over v1, v2 and v3, and not public.
+    ok(
+        &server,
+        &writer,
+        Method::POST,
+        "/nacos/v1/ns/instance",
+        &instance,
+    )
+    .await;
+    ok(
+        &server,
+        &writer,
+        Method::POST,
+        "/nacos/v2/cs/config",
+        &[
+            ("dataId", "a"),
+            ("group", "g"),
+            ("namespaceId", "team-a"),
+            ("content", "x"),
+        ],
+    )
+    .await;
+    let (status, body) = call(
+        &server,
+        &writer,
+        Method::POST,
+        "/nacos/v3/admin/ns/instance",
+        &instance[..3],
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(
+        body.contains("public:DEFAULT_GROUP:naming/orders"),
+        "the refusal names the resource: {body}"
+    );
+
+    // The reader reads team-a and nothing else, and writes nothing.
+    let list = ok(
+        &server,
+        &reader,
+        Method::GET,
+        "/nacos/v3/client/ns/instance/list",
+        &[("serviceName", "orders"), ("namespaceId", "team-a")],
+    )
+    .await;
+    assert!(list.contains("10.0.0.1"), "{list}");
+    let config = ok(
+        &server,
+        &reader,
+        Method::GET,
+        "/nacos/v1/cs/configs",
+        &[("dataId", "a"), ("group", "g"), ("tenant", "team-a")],
+    )
+    .await;
+    assert_eq!(config, "x");
+    for (method, path, form) in [
+        (
+            Method::GET,
+            "/nacos/v2/ns/instance/list",
+            vec![("serviceName", "orders")],
+        ),
+        (Method::POST, "/nacos/v1/ns/instance", instance.to_vec()),
+        (
+            Method::DELETE,
+            "/nacos/v3/admin/cs/config",
+            vec![
+                ("dataId", "a"),
+                ("groupName", "g"),
+                ("namespaceId", "team-a"),
+            ],
+        ),
+    ] {
+        let (status, body) = call(&server, &reader, method.clone(), path, &form).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{method} {path}: {body}");
+        assert!(body.contains("may not"), "{body}");
+    }
+    // Neither may manage users.
+    let (status, _) = call(
+        &server,
+        &writer,
+        Method::POST,
+        "/nacos/v3/auth/user",
+        &[("username", "x"), ("password", "y")],
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+
+    // The lists carry no password hash; a bootstrap account is not the API's.
+    let users = ok(
+        &server,
+        &admin,
+        Method::GET,
+        "/nacos/v3/auth/user/list",
+        &[],
+    )
+    .await;
+    assert!(
+        users.contains("\"reader\"") && !users.contains("$2"),
+        "{users}"
+    );
+    let (status, body) = call(
+        &server,
+        &admin,
+        Method::DELETE,
+        "/nacos/v3/auth/user",
+        &[("username", "nacos")],
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let (status, body) = call(
+        &server,
+        &admin,
+        Method::POST,
+        "/nacos/v3/auth/role",
+        &[("role", "r"), ("username", "nobody")],
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let exists = ok(
+        &server,
+        &admin,
+        Method::GET,
+        "/nacos/v3/auth/permission",
+        &[
+            ("role", "reader-role"),
+            ("resource", "team-a:*:*"),
+            ("action", "r"),
+        ],
+    )
+    .await;
+    assert!(exists.contains("\"data\":true"), "{exists}");
+
+    // A deleted user's token stops working at once.
+    ok(
+        &server,
+        &admin,
+        Method::DELETE,
+        "/nacos/v3/auth/user",
+        &[("username", "writer")],
+    )
+    .await;
+    let (status, body) = call(
+        &server,
+        &writer,
+        Method::POST,
+        "/nacos/v1/ns/instance",
+        &instance,
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(body.contains("token invalid"), "{body}");
+    server.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permission_granted_on_one_node_holds_on_the_others_once_applied() -> anyhow::Result<()> {
+    let nodes = Server::start_cluster(
+        3,
+        Settings {
+            cluster_secret: Some("cluster-secret".to_owned()),
+            ..secured()
+        },
+    )
+    .await?;
+    let admin = login(&nodes[0], "nacos", "nacos-pw").await;
+    ok(
+        &nodes[0],
+        &admin,
+        Method::POST,
+        "/nacos/v3/admin/core/namespace",
+        &[("namespaceId", "team-b"), ("namespaceName", "B")],
+    )
+    .await;
+    ok(
+        &nodes[0],
+        &admin,
+        Method::POST,
+        "/nacos/v3/auth/user",
+        &[("username", "late"), ("password", "pw-of-user")],
+    )
+    .await;
+    ok(
+        &nodes[0],
+        &admin,
+        Method::POST,
+        "/nacos/v3/auth/role",
+        &[("role", "late-role"), ("username", "late")],
+    )
+    .await;
+    // The user exists everywhere once applied: it logs in on node 3.
+    let logs_in = || async {
+        reqwest::Client::new()
+            .post(nodes[2].url("/nacos/v1/auth/users/login"))
+            .form(&[("username", "late"), ("password", "pw-of-user")])
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == StatusCode::OK)
+    };
+    assert!(
+        eventually(Duration::from_secs(10), logs_in).await,
+        "the user reaches node 3"
+    );
+    let token = login(&nodes[2], "late", "pw-of-user").await;
+    let list = [("serviceName", "orders"), ("namespaceId", "team-b")];
+    let (status, _) = call(
+        &nodes[2],
+        &token,
+        Method::GET,
+        "/nacos/v3/client/ns/instance/list",
+        &list,
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "no permission yet");
+    ok(
+        &nodes[0],
+        &admin,
+        Method::POST,
+        "/nacos/v3/auth/permission",
+        &[
+            ("role", "late-role"),
+            ("resource", "team-b:*:*"),
+            ("action", "r"),
+        ],
+    )
+    .await;
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            call(
+                &nodes[2],
+                &token,
+                Method::GET,
+                "/nacos/v3/client/ns/instance/list",
+                &list,
+            )
+            .await
+            .0 == StatusCode::OK
+        })
+        .await,
+        "the permission holds on node 3 once applied there"
+    );
+    for node in nodes {
+        node.stop().await?;
+    }
+    Ok(())
+}
