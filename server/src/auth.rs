@@ -45,6 +45,16 @@ pub enum Denied {
     /// Unknown user or wrong password.
     #[error("unknown user!")]
     BadCredentials,
+    /// The user's roles do not allow this on this resource.
+    #[error("authorization failed! user '{user}' may not {action} {resource}")]
+    NoPermission {
+        /// The user.
+        user: String,
+        /// `read` or `write`.
+        action: &'static str,
+        /// The resource, as `namespace:group:type/name`.
+        resource: String,
+    },
 }
 
 /// Who a valid token belongs to.

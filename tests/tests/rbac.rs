@@ -3,13 +3,13 @@
 //! nothing; a user with `rw` writes it; refusals are 403 naming the
 //! resource; a deleted user's token stops working at once; on a cluster,
 //! a permission granted on one node holds on the others once applied.
-//! (Over HTTP v1, v2 and v3; the Nacos gRPC and native APIs still accept
-//! any valid token.)
+//! (Over HTTP v1, v2 and v3 and Nacos gRPC; the native API and `ctl`
+//! still accept any valid token.)
 
 use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
-use serde_json::Value;
+use serde_json::{json, Value};
 use understudy_server::auth::hash_password;
 use understudy_server::config::{Settings, UserSetting};
 use understudy_tests::{eventually, Server};
@@ -202,6 +202,38 @@ async fn permissions_hold_per_namespace_on_every_http_api() -> anyhow::Result<()
         assert_eq!(status, StatusCode::FORBIDDEN, "{method} {path}: {body}");
         assert!(body.contains("may not"), "{body}");
     }
+    // The same over Nacos gRPC, the token in the request's headers.
+    let grpc = understudy_tests::nacos_grpc::RawClient::connect(server.grpc, None).await?;
+    let instance_request = |token: &str, ns: &str| {
+        json!({"headers":{"accessToken":token},"namespace":ns,"serviceName":"pay","groupName":"DEFAULT_GROUP",
+            "type":"registerInstance","instance":{"ip":"10.0.0.2","port":81,"weight":1.0,"healthy":true,
+            "enabled":true,"ephemeral":true,"clusterName":"DEFAULT","metadata":{}}})
+    };
+    let query = |token: &str, ns: &str| {
+        json!({"headers":{"accessToken":token},"namespace":ns,"serviceName":"orders","groupName":"DEFAULT_GROUP",
+            "cluster":"","healthyOnly":false})
+    };
+    let (_, answer) = grpc
+        .call("InstanceRequest", instance_request(&writer, "team-a"))
+        .await?;
+    assert_eq!(answer["resultCode"], 200, "{answer}");
+    for (kind, body) in [
+        ("InstanceRequest", instance_request(&reader, "team-a")),
+        ("ServiceQueryRequest", query(&reader, "public")),
+    ] {
+        let (_, answer) = grpc.call(kind, body).await?;
+        assert_eq!(answer["errorCode"], 403, "{kind}: {answer}");
+        assert!(
+            answer["message"].as_str().unwrap().contains("may not"),
+            "{answer}"
+        );
+    }
+    let (_, answer) = grpc
+        .call("ServiceQueryRequest", query(&reader, "team-a"))
+        .await?;
+    assert_eq!(answer["resultCode"], 200, "{answer}");
+    drop(grpc);
+
     // Neither may manage users.
     let (status, _) = call(
         &server,

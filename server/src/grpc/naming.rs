@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use understudy_core::access::Action;
 use understudy_core::{InstanceSpec, Op, Owner, ServiceKey};
 use understudy_proto::grpc::Payload;
 use understudy_proto::nacos::{Hosts, NameStyle, ServiceInfoRef, View};
@@ -50,7 +51,7 @@ pub(crate) async fn dispatch(node: &Node, conn: &Arc<Conn>, envelope: Envelope) 
         return error_response(UN_REGISTER, "Connection is unregistered.");
     }
     if kind != Some(RequestKind::HealthCheck) {
-        if let Err(denied) = authorized(node, &envelope) {
+        if let Err(denied) = authorized(node, kind, &envelope) {
             metrics::counter!("understudy_grpc_requests_total", "type" => label, "outcome" => "denied")
                 .increment(1);
             let response = kind.map_or("ErrorResponse", RequestKind::response);
@@ -121,8 +122,14 @@ fn takes_a_slot(kind: Option<RequestKind>, envelope: &Envelope) -> bool {
 }
 
 /// Checks the `accessToken` header (in the payload's metadata, or in the
-/// body's `headers` as some clients send it) when auth is on.
-fn authorized(node: &Node, envelope: &Envelope) -> Result<(), crate::auth::Denied> {
+/// body's `headers` as some clients send it) when auth is on, and, for a
+/// user created through the API, that its roles allow the request on the
+/// namespace, group and service or config it names.
+fn authorized(
+    node: &Node,
+    kind: Option<RequestKind>,
+    envelope: &Envelope,
+) -> Result<(), crate::auth::Denied> {
     let auth = node.auth();
     if !auth.enabled() {
         return Ok(());
@@ -140,7 +147,68 @@ fn authorized(node: &Node, envelope: &Envelope) -> Result<(), crate::auth::Denie
             .headers
             .remove("accessToken"),
     };
-    auth.check(token.as_deref(), false, node.now())
+    let identity = auth.verify(token.as_deref(), node.now())?;
+    if identity.bootstrap || identity.admin {
+        return Ok(());
+    }
+    for (resource, action) in resources(kind, envelope) {
+        if !auth.allows(&identity, &resource, action) {
+            return Err(crate::auth::Denied::NoPermission {
+                user: identity.user,
+                action: if action == Action::Read {
+                    "read"
+                } else {
+                    "write"
+                },
+                resource,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The resources a naming or config request touches, as Nacos' auth
+/// plugin names them, and what it does to them.
+fn resources(kind: Option<RequestKind>, envelope: &Envelope) -> Vec<(String, Action)> {
+    use understudy_core::access::resource;
+    let body: serde_json::Value = envelope.decode().unwrap_or_default();
+    let field = |v: &serde_json::Value, name: &str| v[name].as_str().unwrap_or("").to_owned();
+    let naming = |action| {
+        let service = field(&body, "serviceName");
+        let (group, name) = match service.split_once(understudy_core::GROUP_SEPARATOR) {
+            Some((g, n)) => (g.to_owned(), n.to_owned()),
+            None => (field(&body, "groupName"), service),
+        };
+        let namespace = field(&body, "namespace");
+        vec![(resource(&namespace, &group, "naming", &name), action)]
+    };
+    let config = |v: &serde_json::Value| {
+        resource(
+            &field(v, "tenant"),
+            &field(v, "group"),
+            "config",
+            &field(v, "dataId"),
+        )
+    };
+    match kind {
+        Some(
+            RequestKind::Instance | RequestKind::PersistentInstance | RequestKind::BatchInstance,
+        ) => naming(Action::Write),
+        Some(RequestKind::ServiceQuery | RequestKind::Subscribe | RequestKind::ServiceList) => {
+            naming(Action::Read)
+        }
+        Some(RequestKind::ConfigPublish | RequestKind::ConfigRemove) => {
+            vec![(config(&body), Action::Write)]
+        }
+        Some(RequestKind::ConfigQuery) => vec![(config(&body), Action::Read)],
+        Some(RequestKind::ConfigBatchListen) => body["configListenContexts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| (config(c), Action::Read))
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

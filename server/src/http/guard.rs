@@ -112,12 +112,11 @@ pub(crate) async fn guard(State(node): State<Node>, request: Request, next: Next
         return next.run(request).await;
     }
     let path = request.uri().path().to_owned();
-    let secret_given = secret.is_some()
-        && request
-            .headers()
-            .get(SECRET_METADATA)
-            .and_then(|v| v.to_str().ok())
-            == secret;
+    let secret_given = secret.is_some_and(|secret| {
+        request.headers().get(SECRET_METADATA).is_some_and(|given| {
+            crate::raft::network::secret_matches(secret.as_bytes(), given.as_bytes())
+        })
+    });
     let refusal = match access(request.method(), &path) {
         // The cluster secret is the cluster's own key: it opens everything.
         _ if secret_given => return next.run(request).await,

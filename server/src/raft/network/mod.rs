@@ -79,19 +79,19 @@ impl ClusterSecret {
     }
 
     /// Whether `metadata` carries this secret. Compares in time independent
-    /// of where the bytes differ, so a peer cannot guess it byte by byte.
+    /// of where the bytes differ (`subtle`), so a peer cannot guess it
+    /// byte by byte.
     fn is_in(&self, metadata: &MetadataMap) -> bool {
-        let Some(given) = metadata.get(SECRET_METADATA) else {
-            return false;
-        };
-        let (want, given) = (self.0.as_bytes(), given.as_bytes());
-        want.len() == given.len()
-            && want
-                .iter()
-                .zip(given)
-                .fold(0u8, |diff, (a, b)| diff | (a ^ b))
-                == 0
+        metadata
+            .get(SECRET_METADATA)
+            .is_some_and(|given| secret_matches(self.0.as_bytes(), given.as_bytes()))
     }
+}
+
+/// Whether `given` is the secret `want`, compared in constant time.
+pub(crate) fn secret_matches(want: &[u8], given: &[u8]) -> bool {
+    use subtle::ConstantTimeEq as _;
+    want.ct_eq(given).into()
 }
 
 impl fmt::Debug for ClusterSecret {
