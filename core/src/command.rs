@@ -310,6 +310,31 @@ pub enum Op {
 }
 
 impl Op {
+    /// A publish of `spec` as `key`: a gray release under `gray`'s rule,
+    /// else the formal config (compared with `cas_md5` when given).
+    pub fn publish_config(
+        key: ConfigKey,
+        spec: ConfigSpec,
+        cas_md5: Option<String>,
+        source: ConfigSource,
+        gray: Option<GrayRule>,
+    ) -> Op {
+        match gray {
+            Some(rule) => Op::PublishConfigGray {
+                key,
+                rule,
+                spec,
+                source,
+            },
+            None => Op::PublishConfigFrom {
+                key,
+                spec,
+                cas_md5,
+                source,
+            },
+        }
+    }
+
     /// Whether this mutation only removes or demotes (deregistrations,
     /// expiry, health changes): such commands go ahead of registrations so
     /// that a flood of registrations never delays a removal.

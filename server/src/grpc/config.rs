@@ -116,20 +116,8 @@ pub(crate) async fn publish(
         encrypted_data_key: request.addition("encryptedDataKey"),
     };
     let source = source(conn, request.addition("src_user"));
-    let op = match gray {
-        Some(rule) => Op::PublishConfigGray {
-            key,
-            rule,
-            spec,
-            source,
-        },
-        None => Op::PublishConfigFrom {
-            key,
-            spec,
-            cas_md5: request.cas_md5.filter(|m| !m.trim().is_empty()),
-            source,
-        },
-    };
+    let cas_md5 = request.cas_md5.filter(|m| !m.trim().is_empty());
+    let op = Op::publish_config(key, spec, cas_md5, source, gray);
     Ok(match node.propose(op).await {
         Ok(_) => seal(KIND, &Response::ok(Empty {})),
         Err(e) => own_failure(KIND, e),

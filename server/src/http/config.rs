@@ -165,21 +165,8 @@ pub(crate) async fn publish(
         .filter(|v| !v.trim().is_empty())
         .map(str::to_owned);
     let source = caller.source(p);
-    let op = match gray {
-        // A gray release is not compared: it replaces the one of its name.
-        Some(rule) => Op::PublishConfigGray {
-            key,
-            rule,
-            spec,
-            source,
-        },
-        None => Op::PublishConfigFrom {
-            key,
-            spec,
-            cas_md5,
-            source,
-        },
-    };
+    // A gray release is not compared: it replaces the one of its name.
+    let op = Op::publish_config(key, spec, cas_md5, source, gray);
     node.propose(op).await?;
     Ok(())
 }

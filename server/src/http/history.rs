@@ -35,18 +35,10 @@ pub(crate) fn page_of(
 /// The entry `nid`, which must be about `key` (Nacos refuses one asked
 /// under another key with 403).
 pub(crate) fn entry(node: &Node, nid: u64, key: &ConfigKey) -> Result<Arc<HistoryEntry>, ApiError> {
-    let entry = node.registry().history_entry(nid).cloned().ok_or_else(|| {
-        ApiError::not_found(
-            ErrorCode::ResourceNotFound,
-            format!("certain config history for nid = {nid} not exist"),
-        )
-    })?;
-    if entry.key != *key {
-        return Err(ApiError::denied(
-            "Please check dataId, group or namespaceId.",
-        ));
-    }
-    Ok(entry)
+    let found = node.registry().history_entry(nid).cloned();
+    about(found, key, || {
+        format!("certain config history for nid = {nid} not exist")
+    })
 }
 
 /// The newest entry of the config whose id is `id`, which must be about
@@ -56,16 +48,19 @@ pub(crate) fn previous(
     id: u64,
     key: &ConfigKey,
 ) -> Result<Arc<HistoryEntry>, ApiError> {
-    let entry = node
-        .registry()
-        .latest_history_of(id)
-        .cloned()
-        .ok_or_else(|| {
-            ApiError::not_found(
-                ErrorCode::ResourceNotFound,
-                format!("no history for the config whose id is {id}"),
-            )
-        })?;
+    let found = node.registry().latest_history_of(id).cloned();
+    about(found, key, || {
+        format!("no history for the config whose id is {id}")
+    })
+}
+
+/// `found`, if there is one and it is about `key`.
+fn about(
+    found: Option<Arc<HistoryEntry>>,
+    key: &ConfigKey,
+    missing: impl FnOnce() -> String,
+) -> Result<Arc<HistoryEntry>, ApiError> {
+    let entry = found.ok_or_else(|| ApiError::not_found(ErrorCode::ResourceNotFound, missing()))?;
     if entry.key != *key {
         return Err(ApiError::denied(
             "Please check dataId, group or namespaceId.",

@@ -154,6 +154,21 @@ impl Params {
             .transpose()
     }
 
+    /// Whether `search` asks for a blur search (`blur`: `*` is any run of
+    /// characters) rather than an exact one (`accurate`); absent is
+    /// `default_blur`.
+    pub(crate) fn blur(&self, default_blur: bool) -> Result<bool, ApiError> {
+        match self.get("search") {
+            None => Ok(default_blur),
+            Some("blur") => Ok(true),
+            Some("accurate") => Ok(false),
+            Some(other) => Err(ApiError::invalid(
+                "search",
+                format!("'{}' is neither accurate nor blur", clip(other)),
+            )),
+        }
+    }
+
     /// A required port, 0 to 65535.
     pub(crate) fn port(&self) -> Result<u16, ApiError> {
         parse_port(self.required("port")?)

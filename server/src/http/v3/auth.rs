@@ -180,19 +180,7 @@ async fn initial_admin(State(node): State<Node>, params: Input) -> Response {
 /// `search=accurate` (the default) compares exactly, `blur` reads `*` as
 /// any run of characters; a blank filter takes everything.
 fn filter(p: &Params, field: &'static str) -> Result<impl Fn(&str) -> bool, ApiError> {
-    let blur = match p.get("search").unwrap_or("accurate") {
-        "accurate" => false,
-        "blur" => true,
-        other => {
-            return Err(ApiError::invalid(
-                "search",
-                format!(
-                    "'{}' is neither accurate nor blur",
-                    super::super::params::clip(other)
-                ),
-            ))
-        }
-    };
+    let blur = p.blur(false)?;
     let wanted = p.get(field).unwrap_or("").trim().to_owned();
     Ok(move |value: &str| {
         wanted.is_empty()

@@ -307,18 +307,10 @@ async fn list(State(node): State<Node>, params: Input) -> Response {
         let (page_no, page_size) = page(&p)?;
         let namespace = NamespaceId::parse(p.get("namespaceId").unwrap_or(""))
             .map_err(|e| ApiError::invalid("namespaceId", e.to_string()))?;
-        let search = match p.get("search").unwrap_or("blur") {
-            "blur" => Search::Blur,
-            "accurate" => Search::Accurate,
-            other => {
-                return Err(ApiError::invalid(
-                    "search",
-                    format!(
-                        "'{}' is neither accurate nor blur",
-                        super::super::params::clip(other)
-                    ),
-                ))
-            }
+        let search = if p.blur(true)? {
+            Search::Blur
+        } else {
+            Search::Accurate
         };
         let data_id = p.get("dataId").unwrap_or("").trim();
         let group = p.get("groupName").unwrap_or("").trim();
