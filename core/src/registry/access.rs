@@ -173,3 +173,35 @@ impl Access {
         self.users.keys()
     }
 }
+
+impl super::Registry {
+    /// The password hash of a user created through the API.
+    pub fn user_hash(&self, name: &str) -> Option<&str> {
+        self.access.user_hash(name)
+    }
+
+    /// The users created through the API.
+    pub fn user_names(&self) -> impl Iterator<Item = &String> {
+        self.access.user_names()
+    }
+
+    /// The roles bound to `user`.
+    pub fn roles_of<'a>(&'a self, user: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.access.roles_of(user)
+    }
+
+    /// Every role binding, as (role, user).
+    pub fn role_bindings(&self) -> &BTreeSet<(String, String)> {
+        self.access.role_bindings()
+    }
+
+    /// Every permission granted.
+    pub fn permissions(&self) -> &BTreeSet<crate::access::Permission> {
+        self.access.all_permissions()
+    }
+
+    /// Whether `user`'s roles allow `action` on `resource`.
+    pub fn allows(&self, user: &str, resource: &str, action: crate::access::Action) -> bool {
+        self.access.allows(user, resource, action)
+    }
+}

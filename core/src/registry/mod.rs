@@ -410,54 +410,6 @@ impl Registry {
             .take_while(move |(k, _)| k.namespace == namespace)
     }
 
-    /// Every owner of instances, connections (by node) first.
-    pub fn owners(&self) -> impl Iterator<Item = &Owner> {
-        self.owners.keys()
-    }
-
-    /// What `owner` publishes: each service and the instances it holds
-    /// there.
-    pub fn published_by<'a>(
-        &'a self,
-        owner: &Owner,
-    ) -> impl Iterator<Item = (&'a ServiceKey, &'a InstanceKey)> + 'a {
-        self.owners.get(owner).into_iter().flat_map(|services| {
-            services
-                .iter()
-                .flat_map(|(service, held)| held.iter().map(move |key| (service, key)))
-        })
-    }
-
-    /// The password hash of a user created through the API.
-    pub fn user_hash(&self, name: &str) -> Option<&str> {
-        self.access.user_hash(name)
-    }
-
-    /// The users created through the API.
-    pub fn user_names(&self) -> impl Iterator<Item = &String> {
-        self.access.user_names()
-    }
-
-    /// The roles bound to `user`.
-    pub fn roles_of<'a>(&'a self, user: &'a str) -> impl Iterator<Item = &'a str> + 'a {
-        self.access.roles_of(user)
-    }
-
-    /// Every role binding, as (role, user).
-    pub fn role_bindings(&self) -> &BTreeSet<(String, String)> {
-        self.access.role_bindings()
-    }
-
-    /// Every permission granted.
-    pub fn permissions(&self) -> &BTreeSet<crate::access::Permission> {
-        self.access.all_permissions()
-    }
-
-    /// Whether `user`'s roles allow `action` on `resource`.
-    pub fn allows(&self, user: &str, resource: &str, action: crate::access::Action) -> bool {
-        self.access.allows(user, resource, action)
-    }
-
     /// The connection owners held by node `node` that own instances.
     pub fn owners_on(&self, node: u64) -> impl Iterator<Item = &Owner> {
         let first = Owner::Connection {

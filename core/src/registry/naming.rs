@@ -498,3 +498,23 @@ fn instance_not_found(key: &ServiceKey, ikey: &InstanceKey) -> Error {
         port: ikey.port,
     }
 }
+
+impl Registry {
+    /// Every owner of instances, connections (by node) first.
+    pub fn owners(&self) -> impl Iterator<Item = &Owner> {
+        self.owners.keys()
+    }
+
+    /// What `owner` publishes: each service and the instances it holds
+    /// there.
+    pub fn published_by<'a>(
+        &'a self,
+        owner: &Owner,
+    ) -> impl Iterator<Item = (&'a ServiceKey, &'a InstanceKey)> + 'a {
+        self.owners.get(owner).into_iter().flat_map(|services| {
+            services
+                .iter()
+                .flat_map(|(service, held)| held.iter().map(move |key| (service, key)))
+        })
+    }
+}
