@@ -164,6 +164,11 @@ async fn a_whole_cluster_restarted_on_its_data_dirs_keeps_its_instances_and_conf
     let rest: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
     let next = cluster.leader_among(&rest, WAIT).await?;
     assert_eq!(history_on(cluster.node(next)), history);
+    {
+        let registry = cluster.node(next).registry();
+        assert_eq!(registry.user_hash("ops"), Some("$2b$04$hash"));
+        assert!(registry.allows("ops", "dev:g:config/a", Action::Read));
+    }
     cluster.node(next).propose(publish("v=3")).await?;
     for id in rest {
         eventually(cluster.node(id), "the newest entry", |n| {
