@@ -94,6 +94,36 @@ pub fn resource(namespace: &str, group: &str, kind: &str, name: &str) -> String 
     format!("{namespace}:{}:{kind}/{}", or_any(group), or_any(name))
 }
 
+/// The resource of a naming request, from its namespace, group and
+/// service as the request gave them: a service written `group@@name`
+/// names its own group; a service without one is in `DEFAULT_GROUP`; no
+/// service at all is every service of the group given (or of every
+/// group).
+pub fn naming_resource(namespace: &str, group: &str, service: &str) -> String {
+    let (group, name) = match service.split_once(crate::GROUP_SEPARATOR) {
+        Some((group, name)) => (group, name),
+        None if service.is_empty() => (group, ""),
+        None if group.is_empty() => (crate::DEFAULT_GROUP, service),
+        None => (group, service),
+    };
+    resource(namespace, group, "naming", name)
+}
+
+/// The resource of one service.
+pub fn service_resource(key: &crate::ServiceKey) -> String {
+    resource(
+        key.namespace.as_str(),
+        key.group.as_str(),
+        "naming",
+        key.name.as_str(),
+    )
+}
+
+/// The resource of one config item.
+pub fn config_resource(key: &crate::ConfigKey) -> String {
+    resource(key.namespace.as_str(), &key.group, "config", &key.data_id)
+}
+
 /// Whether `value` matches `pattern` whole, `*` being any run of
 /// characters.
 pub fn glob(pattern: &str, value: &str) -> bool {
@@ -132,6 +162,20 @@ pub fn check_user_name(field: &'static str, name: &str) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_naming_resource_reads_the_group_from_the_service_first() {
+        assert_eq!(naming_resource("", "", ""), "public:*:naming/*");
+        assert_eq!(
+            naming_resource("dev", "", "orders"),
+            "dev:DEFAULT_GROUP:naming/orders"
+        );
+        assert_eq!(
+            naming_resource("dev", "other", "g1@@orders"),
+            "dev:g1:naming/orders"
+        );
+        assert_eq!(naming_resource("dev", "g2", ""), "dev:g2:naming/*");
+    }
 
     #[test]
     fn patterns_match_whole_resources() {

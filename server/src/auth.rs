@@ -166,6 +166,55 @@ impl Auth {
                 .is_some_and(|s| s.registry().allows(&identity.user, resource, action))
     }
 
+    /// [`Auth::allows`], or the refusal naming the user, the action and
+    /// the resource.
+    pub fn permit(
+        &self,
+        identity: &Identity,
+        resource: String,
+        action: understudy_core::access::Action,
+    ) -> Result<(), Denied> {
+        if self.allows(identity, &resource, action) {
+            return Ok(());
+        }
+        Err(Denied::NoPermission {
+            user: identity.user.clone(),
+            action: match action {
+                understudy_core::access::Action::Read => "read",
+                _ => "write",
+            },
+            resource,
+        })
+    }
+
+    /// Whether `user` may still do `action` on `resource` now: looked up
+    /// again, so a subscription made earlier stops being served once its
+    /// user is deleted or loses the permission.
+    pub fn still_allows(
+        &self,
+        user: &str,
+        resource: &str,
+        action: understudy_core::access::Action,
+    ) -> bool {
+        self.account(user).is_some_and(|account| {
+            let identity = Identity {
+                user: user.to_owned(),
+                admin: account.admin,
+                bootstrap: account.bootstrap,
+            };
+            self.allows(&identity, resource, action)
+        })
+    }
+
+    /// Who `token` belongs to when auth is on (`None` with auth off:
+    /// everyone may do everything).
+    pub fn identify(&self, token: Option<&str>, now_ms: u64) -> Result<Option<Identity>, Denied> {
+        if !self.config.enabled {
+            return Ok(None);
+        }
+        self.verify(token, now_ms).map(Some)
+    }
+
     /// Whether calls need a token.
     pub fn enabled(&self) -> bool {
         self.config.enabled

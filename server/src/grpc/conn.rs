@@ -55,6 +55,10 @@ pub(crate) struct Conn {
     announced: std::sync::OnceLock<(String, String, String)>,
     /// The md5 it holds of each config it listens to, as it last said.
     md5s: Mutex<std::collections::BTreeMap<ConfigKey, String>>,
+    /// The user its requests came from, when auth is on and that user
+    /// is limited by its roles (not a config-file user): a subscription
+    /// it may no longer read is dropped before the next push.
+    user: Mutex<Option<Box<str>>>,
     /// Its place under the port's connection limits (none if refused).
     _ticket: Option<crate::admission::Ticket>,
     /// Marks the id as held by this process while the connection lives.
@@ -62,6 +66,19 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
+    /// Remembers the limited user its requests come from.
+    pub(crate) fn limit_to(&self, user: &str) {
+        let mut held = self.user.lock().unwrap_or_else(|p| p.into_inner());
+        if held.as_deref() != Some(user) {
+            *held = Some(user.into());
+        }
+    }
+
+    /// The limited user its requests came from, if any.
+    pub(crate) fn limited_user(&self) -> Option<Box<str>> {
+        self.user.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     /// The owner of the ephemeral instances it registers.
     pub(crate) fn owner(&self, node: &Node) -> Owner {
         Owner::Connection {
@@ -316,6 +333,7 @@ impl Conns {
             watches: AtomicUsize::new(0),
             announced: std::sync::OnceLock::new(),
             md5s: Mutex::default(),
+            user: Mutex::default(),
             _ticket: ticket,
         });
         if let Some(reason) = &conn.refused {

@@ -308,6 +308,32 @@ fn answered(node: &Node, conn: &Conn, ack: &ClientAck) {
     metrics::histogram!("understudy_push_seconds").record(in_flight as f64 / 1000.0);
 }
 
+/// Ends the subscriptions and config listeners of `conn` that `user` may
+/// no longer read (the user was deleted, or lost the permission since it
+/// subscribed): nothing more is pushed for them.
+fn drop_revoked(node: &Node, conn: &Conn, user: &str) {
+    use understudy_core::access::{config_resource, service_resource, Action};
+    let auth = node.auth();
+    let state = node.state();
+    let mut dropped = 0_u64;
+    for key in conn.subscriber.keys() {
+        if !auth.still_allows(user, &service_resource(&key), Action::Read) {
+            state.hub().unsubscribe(&conn.subscriber, &key);
+            dropped += 1;
+        }
+    }
+    for key in conn.listener.keys() {
+        if !auth.still_allows(user, &config_resource(&key), Action::Read) {
+            state.config_hub().unsubscribe(&conn.listener, &key);
+            dropped += 1;
+        }
+    }
+    if dropped > 0 {
+        tracing::info!(connection = %conn.id, user, dropped, "subscriptions whose user may no longer read them dropped");
+        metrics::counter!("understudy_subscriptions_revoked_total").increment(dropped);
+    }
+}
+
 /// Pushes due subscriptions (services and config listeners) to one
 /// connection until it closes.
 async fn push(node: Node, conn: Arc<Conn>) {
@@ -319,6 +345,9 @@ async fn push(node: Node, conn: Arc<Conn>) {
     let subscriber = conn.subscriber.clone();
     let listener = conn.listener.clone();
     loop {
+        if let Some(user) = conn.limited_user() {
+            drop_revoked(&node, &conn, &user);
+        }
         let now = node.now();
         let expired = subscriber.expire(now, push_timeout, push_retry)
             + listener.expire(now, push_timeout, push_retry);

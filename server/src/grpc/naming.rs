@@ -51,11 +51,17 @@ pub(crate) async fn dispatch(node: &Node, conn: &Arc<Conn>, envelope: Envelope) 
         return error_response(UN_REGISTER, "Connection is unregistered.");
     }
     if kind != Some(RequestKind::HealthCheck) {
-        if let Err(denied) = authorized(node, kind, &envelope) {
-            metrics::counter!("understudy_grpc_requests_total", "type" => label, "outcome" => "denied")
-                .increment(1);
-            let response = kind.map_or("ErrorResponse", RequestKind::response);
-            return error_response_as(response, NO_RIGHT, denied.to_string());
+        match authorized(node, kind, &envelope) {
+            // A user limited by its roles: its pushes are checked again
+            // before each is sent.
+            Ok(Some(identity)) if !identity.bootstrap => conn.limit_to(&identity.user),
+            Ok(_) => {}
+            Err(denied) => {
+                metrics::counter!("understudy_grpc_requests_total", "type" => label, "outcome" => "denied")
+                    .increment(1);
+                let response = kind.map_or("ErrorResponse", RequestKind::response);
+                return error_response_as(response, NO_RIGHT, denied.to_string());
+            }
         }
     }
     let _slot = if takes_a_slot(kind, &envelope) {
@@ -129,10 +135,10 @@ fn authorized(
     node: &Node,
     kind: Option<RequestKind>,
     envelope: &Envelope,
-) -> Result<(), crate::auth::Denied> {
+) -> Result<Option<crate::auth::Identity>, crate::auth::Denied> {
     let auth = node.auth();
     if !auth.enabled() {
-        return Ok(());
+        return Ok(None);
     }
     #[derive(serde::Deserialize, Default)]
     struct Headers {
@@ -148,23 +154,12 @@ fn authorized(
             .remove("accessToken"),
     };
     let identity = auth.verify(token.as_deref(), node.now())?;
-    if identity.bootstrap || identity.admin {
-        return Ok(());
-    }
-    for (resource, action) in resources(kind, envelope) {
-        if !auth.allows(&identity, &resource, action) {
-            return Err(crate::auth::Denied::NoPermission {
-                user: identity.user,
-                action: if action == Action::Read {
-                    "read"
-                } else {
-                    "write"
-                },
-                resource,
-            });
+    if !identity.bootstrap && !identity.admin {
+        for (resource, action) in resources(kind, envelope) {
+            auth.permit(&identity, resource, action)?;
         }
     }
-    Ok(())
+    Ok(Some(identity))
 }
 
 /// The resources a naming or config request touches, as Nacos' auth
@@ -174,13 +169,12 @@ fn resources(kind: Option<RequestKind>, envelope: &Envelope) -> Vec<(String, Act
     let body: serde_json::Value = envelope.decode().unwrap_or_default();
     let field = |v: &serde_json::Value, name: &str| v[name].as_str().unwrap_or("").to_owned();
     let naming = |action| {
-        let service = field(&body, "serviceName");
-        let (group, name) = match service.split_once(understudy_core::GROUP_SEPARATOR) {
-            Some((g, n)) => (g.to_owned(), n.to_owned()),
-            None => (field(&body, "groupName"), service),
-        };
-        let namespace = field(&body, "namespace");
-        vec![(resource(&namespace, &group, "naming", &name), action)]
+        let resource = understudy_core::access::naming_resource(
+            &field(&body, "namespace"),
+            &field(&body, "groupName"),
+            &field(&body, "serviceName"),
+        );
+        vec![(resource, action)]
     };
     let config = |v: &serde_json::Value| {
         resource(

@@ -145,19 +145,13 @@ pub(crate) async fn guard(State(node): State<Node>, request: Request, next: Next
                         Err(refused) => return refused,
                     };
                     request = restored;
-                    match resource(&method, &path, &params) {
-                        Some((resource, action)) if !auth.allows(&identity, &resource, action) => {
-                            format!(
-                                "authorization failed! user '{}' may not {} {resource}",
-                                identity.user,
-                                if action == Action::Read {
-                                    "read"
-                                } else {
-                                    "write"
-                                }
-                            )
-                        }
-                        _ => {
+                    let refused =
+                        resource(&method, &path, &params).and_then(|(touched, action)| {
+                            auth.permit(&identity, touched, action).err()
+                        });
+                    match refused {
+                        Some(denied) => denied.to_string(),
+                        None => {
                             request.extensions_mut().insert(identity);
                             return next.run(request).await;
                         }
@@ -241,12 +235,19 @@ async fn params(request: Request, limit: usize) -> Result<(Request, Params), Res
     Ok((Request::from_parts(parts, Body::from(bytes)), params))
 }
 
-/// The resource a Nacos naming or config request touches and what it does
-/// to it (`GET` reads; a config long poll reads too), as Nacos' auth
-/// plugin names it: `namespace:group:naming/service` or
-/// `namespace:group:config/dataId`. `None` for the other endpoints.
+/// The resource a Nacos naming or config request (or a console view of
+/// the registry) touches and what it does to it (`GET` reads; a config
+/// long poll reads too), as Nacos' auth plugin names it:
+/// `namespace:group:naming/service` or `namespace:group:config/dataId`.
+/// The console's event stream spans every namespace. `None` for the other
+/// endpoints.
 fn resource(method: &Method, path: &str, p: &Params) -> Option<(String, Action)> {
-    let kind = if path.contains("/ns/") {
+    use understudy_core::access::{naming_resource, resource};
+    if path == "/understudy/v1/events" {
+        return Some((resource("*", "*", "naming", "*"), Action::Read));
+    }
+    let console = path.starts_with("/understudy/v1/registry");
+    let kind = if path.contains("/ns/") || console {
         "naming"
     } else if path.contains("/cs/") {
         "config"
@@ -262,32 +263,24 @@ fn resource(method: &Method, path: &str, p: &Params) -> Option<(String, Action)>
     let namespace = p
         .get_any(&["namespaceId", "tenant", "namespace"])
         .unwrap_or("");
-    let (group, name) = if kind == "naming" {
-        match p.get("serviceName") {
-            Some(service) => match service.split_once(understudy_core::GROUP_SEPARATOR) {
-                Some((group, name)) => (group.to_owned(), name.to_owned()),
-                None => (
-                    p.get("groupName")
-                        .unwrap_or(understudy_core::DEFAULT_GROUP)
-                        .to_owned(),
-                    service.to_owned(),
-                ),
-            },
-            None => (p.get("groupName").unwrap_or("").to_owned(), String::new()),
-        }
-    } else {
-        (
-            p.get_any(&["groupName", "group"]).unwrap_or("").to_owned(),
-            p.get("dataId").unwrap_or("").to_owned(),
-        )
-    };
     let namespace = understudy_core::NamespaceId::parse(namespace)
         .map(|ns| ns.to_string())
         .unwrap_or_else(|_| namespace.to_owned());
-    Some((
-        understudy_core::access::resource(&namespace, &group, kind, &name),
-        action,
-    ))
+    let touched = if kind == "naming" {
+        naming_resource(
+            &namespace,
+            p.get_any(&["groupName", "group"]).unwrap_or(""),
+            p.get_any(&["serviceName", "service"]).unwrap_or(""),
+        )
+    } else {
+        resource(
+            &namespace,
+            p.get_any(&["groupName", "group"]).unwrap_or(""),
+            "config",
+            p.get("dataId").unwrap_or(""),
+        )
+    };
+    Some((touched, action))
 }
 
 fn find_token(encoded: &[u8]) -> Option<String> {

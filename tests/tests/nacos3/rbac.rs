@@ -3,8 +3,9 @@
 //! nothing; a user with `rw` writes it; refusals are 403 naming the
 //! resource; a deleted user's token stops working at once; on a cluster,
 //! a permission granted on one node holds on the others once applied.
-//! (Over HTTP v1, v2 and v3 and Nacos gRPC; the native API and `ctl`
-//! still accept any valid token.)
+//! Over HTTP v1, v2 and v3, Nacos gRPC (requests and the pushes a
+//! subscriber gets), the native API (listings, watches, sessions) and
+//! `ctl`.
 
 use std::time::Duration;
 
@@ -402,4 +403,296 @@ async fn a_permission_granted_on_one_node_holds_on_the_others_once_applied() -> 
         node.stop().await?;
     }
     Ok(())
+}
+
+/// A native call with the token as `authorization: Bearer`.
+fn native<T>(token: &str, message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {token}").parse().expect("a header value"),
+    );
+    request
+}
+
+/// Runs `ctl WORDS` as `user`.
+async fn ctl_as(server: &Server, user: &str, words: &[&str]) -> Result<String, String> {
+    let http = format!("http://{}", server.http);
+    let grpc = format!("http://{}", server.grpc);
+    let mut all: Vec<&str> = words.to_vec();
+    if words[0] == "watch" || words[0] == "ls" {
+        all.extend(["--grpc", &grpc]);
+    }
+    all.extend([
+        "--server",
+        &http,
+        "--username",
+        user,
+        "--password",
+        "pw-of-user",
+    ]);
+    let command = understudy_server::ctl::parse(all.iter().copied()).expect("ctl words");
+    let mut out = Vec::new();
+    understudy_server::ctl::run(&command, &mut out)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(String::from_utf8(out).expect("UTF-8"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_native_api_ctl_and_pushes_follow_the_permissions() -> anyhow::Result<()> {
+    use tokio_stream::StreamExt as _;
+    use understudy_proto::native::registry_client::RegistryClient;
+    use understudy_proto::native::{
+        session_response, GetServiceRequest, ListServicesRequest, ServiceRef, WatchRequest,
+    };
+
+    let server = Server::start(secured()).await?;
+    let admin = login(&server, "nacos", "nacos-pw").await;
+    ok(
+        &server,
+        &admin,
+        Method::POST,
+        "/nacos/v3/admin/core/namespace",
+        &[("namespaceId", "team-a"), ("namespaceName", "A")],
+    )
+    .await;
+    grant(&server, &admin, "reader", "team-a", "r").await;
+    grant(&server, &admin, "writer", "team-a", "rw").await;
+    let reader = login(&server, "reader", "pw-of-user").await;
+    let writer = login(&server, "writer", "pw-of-user").await;
+    let service = |ns: &str| ServiceRef {
+        namespace: ns.to_owned(),
+        group: "DEFAULT_GROUP".to_owned(),
+        name: "orders".to_owned(),
+    };
+
+    // ctl: the writer registers in team-a, not in public; the reader
+    // lists team-a, not public, and registers nowhere.
+    let register = |ns: &'static str| {
+        [
+            "register", "orders", "-n", ns, "--ip", "10.0.0.1", "--port", "80",
+        ]
+    };
+    ctl_as(&server, "writer", &register("team-a"))
+        .await
+        .expect("the writer registers in team-a");
+    let refused = ctl_as(&server, "writer", &register(""))
+        .await
+        .expect_err("not in public");
+    assert!(
+        refused.contains("public:DEFAULT_GROUP:naming/orders"),
+        "{refused}"
+    );
+    let refused = ctl_as(&server, "reader", &register("team-a"))
+        .await
+        .expect_err("the reader writes nothing");
+    assert!(refused.contains("may not write"), "{refused}");
+    let listed = ctl_as(&server, "reader", &["ls", "services", "-n", "team-a"])
+        .await
+        .expect("the reader lists team-a");
+    assert!(listed.contains("orders"), "{listed}");
+    let refused = ctl_as(&server, "reader", &["ls", "services"])
+        .await
+        .expect_err("not public");
+    assert!(refused.contains("may not read public"), "{refused}");
+    let watched = ctl_as(
+        &server,
+        "reader",
+        &["watch", "orders", "-n", "team-a", "--count", "1"],
+    )
+    .await
+    .expect("the reader watches team-a");
+    assert!(watched.contains("10.0.0.1"), "{watched}");
+    ctl_as(&server, "reader", &["watch", "orders", "--count", "1"])
+        .await
+        .expect_err("not public");
+
+    // The native API itself: listings, sessions.
+    let mut registry = RegistryClient::connect(format!("http://{}", server.grpc)).await?;
+    let found = registry
+        .get_service(native(
+            &reader,
+            GetServiceRequest {
+                service: Some(service("team-a")),
+            },
+        ))
+        .await?
+        .into_inner();
+    assert_eq!(found.instances.len(), 1);
+    let denied = registry
+        .get_service(native(
+            &reader,
+            GetServiceRequest {
+                service: Some(service("")),
+            },
+        ))
+        .await
+        .expect_err("not public");
+    assert_eq!(denied.code(), tonic::Code::PermissionDenied);
+    assert!(
+        denied
+            .message()
+            .contains("public:DEFAULT_GROUP:naming/orders"),
+        "{denied:?}"
+    );
+    let denied = registry
+        .list_services(native(
+            &reader,
+            ListServicesRequest {
+                namespace: String::new(),
+                group: String::new(),
+            },
+        ))
+        .await
+        .expect_err("not public");
+    assert_eq!(denied.code(), tonic::Code::PermissionDenied);
+    match register_in_session(&mut registry, &reader, service("team-a")).await? {
+        Some(session_response::Kind::Error(error)) => {
+            assert_eq!(error.field, "service");
+            assert!(error.message.contains("may not write"), "{error:?}");
+        }
+        other => panic!("the reader's registration is refused, not {other:?}"),
+    }
+    let pay = ServiceRef {
+        name: "pay".to_owned(),
+        ..service("team-a")
+    };
+    match register_in_session(&mut registry, &writer, pay).await? {
+        Some(session_response::Kind::Ack(_)) => {}
+        other => panic!("the writer's registration is acknowledged, not {other:?}"),
+    }
+
+    // Subscriptions made before a revocation: the reader watches team-a
+    // (native) and subscribes over Nacos gRPC; once its permission is
+    // revoked, the watch ends as PERMISSION_DENIED at the next change and
+    // the subscription is dropped instead of pushed.
+    let mut watch = registry
+        .watch(native(
+            &reader,
+            WatchRequest {
+                namespace: "team-a".to_owned(),
+                ..WatchRequest::default()
+            },
+        ))
+        .await?
+        .into_inner();
+    watch.next().await.expect("the first snapshot")?;
+    let (pushes, mut pushed) = tokio::sync::mpsc::unbounded_channel();
+    let grpc = understudy_tests::nacos_grpc::RawClient::connect(server.grpc, Some(pushes)).await?;
+    let (_, answer) = grpc
+        .call(
+            "SubscribeServiceRequest",
+            json!({"headers":{"accessToken":reader},"namespace":"team-a","serviceName":"orders",
+                "groupName":"DEFAULT_GROUP","subscribe":true,"clusters":""}),
+        )
+        .await?;
+    assert_eq!(answer["resultCode"], 200, "{answer}");
+    let subscribed = || async {
+        let body = ok(
+            &server,
+            &admin,
+            Method::GET,
+            "/nacos/v3/admin/ns/client/subscribe/list",
+            &[("clientId", grpc.connection_id.as_str())],
+        )
+        .await;
+        body.contains("orders")
+    };
+    assert!(subscribed().await, "the subscription is listed");
+    ok(
+        &server,
+        &admin,
+        Method::DELETE,
+        "/nacos/v3/auth/permission",
+        &[
+            ("role", "reader-role"),
+            ("resource", "team-a:*:*"),
+            ("action", "r"),
+        ],
+    )
+    .await;
+    ctl_as(
+        &server,
+        "writer",
+        &[
+            "register", "orders", "-n", "team-a", "--ip", "10.0.0.2", "--port", "80",
+        ],
+    )
+    .await
+    .expect("the writer registers");
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match watch.next().await {
+                Some(Ok(_)) => continue,
+                Some(Err(status)) => return Some(status),
+                None => return None,
+            }
+        }
+    })
+    .await
+    .expect("the watch ends within 10 s")
+    .expect("with a status");
+    assert_eq!(ended.code(), tonic::Code::PermissionDenied, "{ended:?}");
+    assert!(ended.message().contains("team-a:*:naming/*"), "{ended:?}");
+    assert!(
+        eventually(Duration::from_secs(10), || async { !subscribed().await }).await,
+        "the revoked subscription is dropped"
+    );
+    while let Ok(push) = pushed.try_recv() {
+        let hosts = understudy_tests::nacos_grpc::endpoints(&push.info);
+        assert!(
+            !hosts.contains(&"10.0.0.2:80".to_owned()),
+            "no push after the revocation: {hosts:?}"
+        );
+    }
+    server.stop().await
+}
+
+/// Opens a native session with `token`, registers one instance in
+/// `service` and returns the answer to that registration.
+async fn register_in_session(
+    registry: &mut understudy_proto::native::registry_client::RegistryClient<
+        tonic::transport::Channel,
+    >,
+    token: &str,
+    service: understudy_proto::native::ServiceRef,
+) -> anyhow::Result<Option<understudy_proto::native::session_response::Kind>> {
+    use tokio_stream::StreamExt as _;
+    use understudy_proto::native::{
+        session_request::Kind, Hello, InstanceSpec, Register, SessionRequest,
+    };
+    let (to_session, outbound) = tokio::sync::mpsc::channel(4);
+    to_session
+        .send(SessionRequest {
+            request_id: 1,
+            kind: Some(Kind::Hello(Hello::default())),
+        })
+        .await?;
+    to_session
+        .send(SessionRequest {
+            request_id: 2,
+            kind: Some(Kind::Register(Register {
+                service: Some(service),
+                instances: vec![InstanceSpec {
+                    ip: "10.0.0.9".to_owned(),
+                    port: 90,
+                    ..InstanceSpec::default()
+                }],
+            })),
+        })
+        .await?;
+    let mut answers = registry
+        .session(native(
+            token,
+            tokio_stream::wrappers::ReceiverStream::new(outbound),
+        ))
+        .await?
+        .into_inner();
+    loop {
+        let answer = answers.next().await.expect("an answer")?;
+        if answer.request_id == 2 {
+            return Ok(answer.kind);
+        }
+    }
 }

@@ -1,5 +1,7 @@
 //! Native listings: namespaces, groups, services and one service, read
-//! from this node's registry.
+//! from this node's registry. Every namespace's name is listed to any
+//! caller (as Nacos lists them); what is in one needs its read
+//! permission.
 
 use understudy_core::{GroupName, NamespaceId, ServiceKey};
 use understudy_proto::native::{
@@ -8,6 +10,8 @@ use understudy_proto::native::{
 };
 
 use super::{status, NativeApi};
+use crate::auth::Identity;
+use understudy_core::access::{naming_resource, service_resource, Action};
 
 impl NativeApi {
     pub(super) async fn namespaces(
@@ -32,8 +36,14 @@ impl NativeApi {
     pub(super) async fn groups(
         &self,
         request: tonic::Request<native::ListGroupsRequest>,
+        identity: Option<&Identity>,
     ) -> Result<tonic::Response<native::ListGroupsResponse>, tonic::Status> {
         let namespace = NamespaceId::parse(&request.into_inner().namespace).map_err(status)?;
+        self.permit(
+            identity,
+            naming_resource(namespace.as_str(), "", ""),
+            Action::Read,
+        )?;
         let mut groups: Vec<String> = self
             .node
             .registry()
@@ -47,6 +57,7 @@ impl NativeApi {
     pub(super) async fn services(
         &self,
         request: tonic::Request<ListServicesRequest>,
+        identity: Option<&Identity>,
     ) -> Result<tonic::Response<ListServicesResponse>, tonic::Status> {
         let request = request.into_inner();
         let namespace = NamespaceId::parse(&request.namespace).map_err(status)?;
@@ -54,6 +65,15 @@ impl NativeApi {
             "" => None,
             raw => Some(GroupName::parse(raw).map_err(status)?),
         };
+        self.permit(
+            identity,
+            naming_resource(
+                namespace.as_str(),
+                group.as_ref().map_or("", GroupName::as_str),
+                "",
+            ),
+            Action::Read,
+        )?;
         let registry = self.node.registry();
         let services = registry
             .services(&namespace, group.as_ref())
@@ -68,6 +88,7 @@ impl NativeApi {
     pub(super) async fn service(
         &self,
         request: tonic::Request<GetServiceRequest>,
+        identity: Option<&Identity>,
     ) -> Result<tonic::Response<GetServiceResponse>, tonic::Status> {
         let request = request.into_inner();
         let service = request
@@ -75,6 +96,7 @@ impl NativeApi {
             .ok_or_else(|| tonic::Status::invalid_argument("invalid service: is required"))?;
         let key = ServiceKey::try_from(&service)
             .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
+        self.permit(identity, service_resource(&key), Action::Read)?;
         let registry = self.node.registry();
         let revision = registry.revision();
         let response = match registry.service(&key) {

@@ -13,7 +13,9 @@ use understudy_proto::native::{
     ListServicesRequest, ListServicesResponse, WatchEvent, WatchRequest,
 };
 
+use crate::auth::Identity;
 use crate::node::Node;
+use understudy_core::access::Action;
 
 mod listings;
 mod session;
@@ -64,8 +66,8 @@ impl RegistryApi for NativeApi {
         request: tonic::Request<tonic::Streaming<native::SessionRequest>>,
     ) -> Result<tonic::Response<SessionStream>, tonic::Status> {
         observed("Session", async {
-            self.authorize(&request)?;
-            self.open_session(request).await
+            let identity = self.authorize(&request)?;
+            self.open_session(request, identity).await
         })
         .await
     }
@@ -75,9 +77,9 @@ impl RegistryApi for NativeApi {
         request: tonic::Request<WatchRequest>,
     ) -> Result<tonic::Response<WatchStream>, tonic::Status> {
         observed("Watch", async {
-            self.authorize(&request)?;
+            let identity = self.authorize(&request)?;
             let _slot = self.enter().await?;
-            self.open_watch(request).await
+            self.open_watch(request, identity).await
         })
         .await
     }
@@ -99,9 +101,9 @@ impl RegistryApi for NativeApi {
         request: tonic::Request<native::ListGroupsRequest>,
     ) -> Result<tonic::Response<native::ListGroupsResponse>, tonic::Status> {
         observed("ListGroups", async {
-            self.authorize(&request)?;
+            let identity = self.authorize(&request)?;
             let _slot = self.enter().await?;
-            self.groups(request).await
+            self.groups(request, identity.as_ref()).await
         })
         .await
     }
@@ -111,9 +113,9 @@ impl RegistryApi for NativeApi {
         request: tonic::Request<ListServicesRequest>,
     ) -> Result<tonic::Response<ListServicesResponse>, tonic::Status> {
         observed("ListServices", async {
-            self.authorize(&request)?;
+            let identity = self.authorize(&request)?;
             let _slot = self.enter().await?;
-            self.services(request).await
+            self.services(request, identity.as_ref()).await
         })
         .await
     }
@@ -123,9 +125,9 @@ impl RegistryApi for NativeApi {
         request: tonic::Request<GetServiceRequest>,
     ) -> Result<tonic::Response<GetServiceResponse>, tonic::Status> {
         observed("GetService", async {
-            self.authorize(&request)?;
+            let identity = self.authorize(&request)?;
             let _slot = self.enter().await?;
-            self.service(request).await
+            self.service(request, identity.as_ref()).await
         })
         .await
     }
@@ -140,9 +142,10 @@ impl RegistryApi for NativeApi {
 
 impl NativeApi {
     /// The token check, when auth is on: `authorization: Bearer TOKEN`
-    /// metadata (or `accesstoken: TOKEN`, as Nacos clients name it).
+    /// metadata (or `accesstoken: TOKEN`, as Nacos clients name it). The
+    /// caller, when auth is on.
     #[allow(clippy::result_large_err)] // tonic's error type
-    fn authorize<T>(&self, request: &tonic::Request<T>) -> Result<(), tonic::Status> {
+    fn authorize<T>(&self, request: &tonic::Request<T>) -> Result<Option<Identity>, tonic::Status> {
         if let Some(reason) = super::connection(request.extensions())
             .as_deref()
             .and_then(|conn| conn.refused.as_deref())
@@ -157,8 +160,27 @@ impl NativeApi {
         let token = bearer.or_else(|| metadata.get("accesstoken").and_then(|v| v.to_str().ok()));
         self.node
             .auth()
-            .check(token, false, self.node.now())
+            .identify(token, self.node.now())
             .map_err(|denied| tonic::Status::unauthenticated(denied.to_string()))
+    }
+
+    /// Whether the caller may do `action` on `resource` (always, with
+    /// auth off), or `PERMISSION_DENIED` naming both.
+    #[allow(clippy::result_large_err)] // tonic's error type
+    fn permit(
+        &self,
+        identity: Option<&Identity>,
+        resource: String,
+        action: Action,
+    ) -> Result<(), tonic::Status> {
+        match identity {
+            Some(identity) => self
+                .node
+                .auth()
+                .permit(identity, resource, action)
+                .map_err(|denied| tonic::Status::permission_denied(denied.to_string())),
+            None => Ok(()),
+        }
     }
 
     /// A request slot, or `UNAVAILABLE` when the node is busy.

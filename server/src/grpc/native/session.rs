@@ -11,17 +11,20 @@ use understudy_core::ServiceKey;
 use understudy_proto::native;
 
 use super::{NativeApi, SessionStream};
+use crate::auth::Identity;
 use crate::node::Node;
 
 impl NativeApi {
     pub(super) async fn open_session(
         &self,
         request: tonic::Request<tonic::Streaming<native::SessionRequest>>,
+        identity: Option<Identity>,
     ) -> Result<tonic::Response<SessionStream>, tonic::Status> {
         let (tx, rx) = mpsc::channel(64);
         self.tasks.spawn(Self::run_session(
             self.node.clone(),
             request.into_inner(),
+            identity,
             tx,
             self.stop.clone(),
         ));
@@ -111,6 +114,7 @@ pub(crate) fn session_op(
 async fn session_request(
     node: &Node,
     owner: &understudy_core::Owner,
+    identity: Option<&Identity>,
     request: native::SessionRequest,
 ) -> Option<native::SessionResponse> {
     let id = request.request_id;
@@ -119,6 +123,20 @@ async fn session_request(
         Ok(None) => return None,
         Err(refused) => return Some(refused),
     };
+    // Registering and deregistering write the service: the caller's
+    // roles must allow it (looked up now, so a revocation counts).
+    let service = match &op {
+        understudy_core::Op::Register { service, .. }
+        | understudy_core::Op::Deregister { service, .. } => Some(service),
+        _ => None,
+    };
+    if let (Some(identity), Some(service)) = (identity, service) {
+        let resource = understudy_core::access::service_resource(service);
+        let write = understudy_core::access::Action::Write;
+        if let Err(denied) = node.auth().permit(identity, resource, write) {
+            return Some(session_error(id, "service", denied.to_string()));
+        }
+    }
     Some(match node.propose(op).await {
         Ok(applied) => native::SessionResponse {
             request_id: id,
@@ -152,6 +170,7 @@ impl NativeApi {
     async fn run_session(
         node: Node,
         mut inbound: tonic::Streaming<native::SessionRequest>,
+        identity: Option<Identity>,
         tx: mpsc::Sender<Result<native::SessionResponse, tonic::Status>>,
         stop: CancellationToken,
     ) {
@@ -213,7 +232,7 @@ impl NativeApi {
                         }
                         continue;
                     }
-                    if let Some(answer) = session_request(&node, &owner, request).await {
+                    if let Some(answer) = session_request(&node, &owner, identity.as_ref(), request).await {
                         if tx.send(Ok(answer)).await.is_err() {
                             break;
                         }

@@ -19,7 +19,9 @@ use understudy_proto::native::{
 };
 
 use super::{NativeApi, WatchStream};
+use crate::auth::Identity;
 use crate::node::Node;
+use understudy_core::access::Action;
 
 /// Largest `Reset` message: large snapshots stream in pieces, so neither
 /// side holds one huge message and clients' default 4 MiB limit holds.
@@ -52,6 +54,15 @@ impl Scope {
             group,
             service,
         })
+    }
+
+    /// The resource it reads, for the permission check.
+    fn resource(&self) -> String {
+        understudy_core::access::naming_resource(
+            self.namespace.as_str(),
+            self.group.as_ref().map_or("", GroupName::as_str),
+            self.service.as_ref().map_or("", ServiceName::as_str),
+        )
     }
 
     fn single(&self) -> Option<ServiceKey> {
@@ -375,6 +386,7 @@ impl NativeApi {
     pub(super) async fn open_watch(
         &self,
         request: tonic::Request<WatchRequest>,
+        identity: Option<Identity>,
     ) -> Result<tonic::Response<WatchStream>, tonic::Status> {
         let max = self.node.config().grpc.max_watches_per_connection;
         let slot = match crate::grpc::connection(request.extensions()) {
@@ -387,6 +399,11 @@ impl NativeApi {
         };
         let request = request.into_inner();
         let scope = Scope::parse(&request)?;
+        let resource = scope.resource();
+        self.permit(identity.as_ref(), resource.clone(), Action::Read)?;
+        // A user limited by its roles is checked again before each change
+        // is sent: deleted, or its permission revoked, its watch ends.
+        let limited = identity.filter(|who| !who.bootstrap).map(|who| who.user);
         let progress_every = (request.progress_ms > 0).then(|| {
             std::time::Duration::from_millis(u64::from(request.progress_ms)).max(MIN_PROGRESS)
         });
@@ -416,6 +433,17 @@ impl NativeApi {
                     tx.send(Ok(event)).await.map_err(|_| ())?;
                 }
                 let mut progress = progress_every.map(tokio::time::interval);
+                let still_allowed = || {
+                    limited.as_deref().is_none_or(|user| {
+                        node.auth().still_allows(user, &resource, Action::Read)
+                    })
+                };
+                let refused = || {
+                    let user = limited.as_deref().unwrap_or_default();
+                    Err(tonic::Status::permission_denied(format!(
+                        "authorization failed! user '{user}' may no longer read {resource}"
+                    )))
+                };
                 loop {
                     let tick = async {
                         match progress.as_mut() {
@@ -434,6 +462,15 @@ impl NativeApi {
                         () = tx.closed() => return Err(()),
                     };
                     match received {
+                        // A fresh snapshot is as much a read as a change.
+                        Ok(ref batch) if batch.is_empty() && !still_allowed() => {
+                            tx.send(refused()).await.map_err(|_| ())?;
+                            return Err(());
+                        }
+                        Err(RecvError::Lagged(_)) if !still_allowed() => {
+                            tx.send(refused()).await.map_err(|_| ())?;
+                            return Err(());
+                        }
                         Ok(batch) if batch.is_empty() => {
                             // The registry was replaced by a raft snapshot:
                             // the changes in between will never be seen.
@@ -449,6 +486,14 @@ impl NativeApi {
                         }
                         Ok(batch) => {
                             let after = revision;
+                            let covered = batch.iter().any(|c| {
+                                c.revision > after
+                                    && c.event.service().is_some_and(|k| scope.covers(k))
+                            });
+                            if covered && !still_allowed() {
+                                tx.send(refused()).await.map_err(|_| ())?;
+                                return Err(());
+                            }
                             for change in batch.iter().filter(|c| c.revision > after) {
                                 revision = change.revision;
                                 if !change.event.service().is_some_and(|k| scope.covers(k)) {
