@@ -94,6 +94,20 @@ struct Claims {
     exp: u64,
 }
 
+/// How long a password verified for a call (credentials sent with each
+/// request instead of a token) is taken again without a bcrypt check.
+pub const CREDENTIALS_REMEMBERED: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Most users whose verified password is remembered at once.
+const REMEMBERED_USERS: usize = 1024;
+
+/// Passwords verified lately, by user: a keyed digest of the stored hash
+/// and the password (never the password), and until when it holds. A
+/// changed password changes the stored hash, so the digest no longer
+/// matches; a deleted user is not found before the cache is asked.
+#[derive(Debug, Default)]
+struct Remembered(std::sync::Mutex<std::collections::HashMap<String, (Vec<u8>, u64)>>);
+
 /// The users, the signing key and the switch.
 #[derive(Debug, Clone)]
 pub struct Auth {
@@ -101,6 +115,7 @@ pub struct Auth {
     /// The applied state, whose users, roles and permissions (created
     /// through the API, replicated) are looked up at every check.
     state: Option<std::sync::Arc<crate::state::State>>,
+    remembered: std::sync::Arc<Remembered>,
 }
 
 impl Auth {
@@ -109,6 +124,7 @@ impl Auth {
         Self {
             config,
             state: None,
+            remembered: std::sync::Arc::default(),
         }
     }
 
@@ -258,6 +274,62 @@ impl Auth {
         Signer::new_from_slice(&self.config.token_secret).expect("HMAC takes a key of any length")
     }
 
+    fn digest(&self, password_hash: &str, password: &str) -> Vec<u8> {
+        self.signer()
+            .chain_update(password_hash)
+            .chain_update([0])
+            .chain_update(password)
+            .finalize()
+            .into_bytes()
+            .to_vec()
+    }
+
+    /// Who `user` is, if `password` was verified for it within
+    /// [`CREDENTIALS_REMEMBERED`] of `now_ms` (no bcrypt check).
+    pub fn remembered(&self, user: &str, password: &str, now_ms: u64) -> Option<Identity> {
+        use subtle::ConstantTimeEq as _;
+        let account = self.account(user)?;
+        let digest = self.digest(&account.password_hash, password);
+        let remembered = self.remembered.0.lock().unwrap_or_else(|p| p.into_inner());
+        let (kept, until) = remembered.get(user)?;
+        (*until > now_ms && bool::from(kept.ct_eq(&digest))).then(|| Identity {
+            user: user.to_owned(),
+            admin: account.admin,
+            bootstrap: account.bootstrap,
+        })
+    }
+
+    /// Who `user` is, checking `password` with bcrypt (call it off the
+    /// async threads) and remembering it for [`CREDENTIALS_REMEMBERED`]:
+    /// a caller that sends its credentials with every request, as Nacos
+    /// allows, pays for one check per user and period.
+    pub fn authenticate(
+        &self,
+        user: &str,
+        password: &str,
+        now_ms: u64,
+    ) -> Result<Identity, Denied> {
+        let account = self.account(user).ok_or(Denied::BadCredentials)?;
+        if !bcrypt::verify(password, &account.password_hash).unwrap_or(false) {
+            return Err(Denied::BadCredentials);
+        }
+        let digest = self.digest(&account.password_hash, password);
+        let until = now_ms + crate::clock::millis(CREDENTIALS_REMEMBERED);
+        let mut remembered = self.remembered.0.lock().unwrap_or_else(|p| p.into_inner());
+        if remembered.len() >= REMEMBERED_USERS && !remembered.contains_key(user) {
+            remembered.retain(|_, (_, kept_until)| *kept_until > now_ms);
+            if remembered.len() >= REMEMBERED_USERS {
+                remembered.clear();
+            }
+        }
+        remembered.insert(user.to_owned(), (digest, until));
+        Ok(Identity {
+            user: user.to_owned(),
+            admin: account.admin,
+            bootstrap: account.bootstrap,
+        })
+    }
+
     /// Who `token` belongs to at `now_ms`.
     pub fn verify(&self, token: Option<&str>, now_ms: u64) -> Result<Identity, Denied> {
         let token = token
@@ -375,6 +447,33 @@ mod tests {
         );
         assert_eq!(auth.verify(None, 0), Err(Denied::Missing));
         assert_eq!(auth.verify(Some("garbage"), 0), Err(Denied::Invalid));
+    }
+
+    #[test]
+    fn a_verified_password_is_remembered_until_it_changes_or_its_time_is_up() {
+        let auth = auth(true);
+        assert_eq!(auth.remembered("app", "app-pw", 0), None);
+        assert_eq!(
+            auth.authenticate("app", "wrong", 0),
+            Err(Denied::BadCredentials)
+        );
+        assert_eq!(auth.remembered("app", "wrong", 0), None);
+        let who = auth.authenticate("app", "app-pw", 0).unwrap();
+        assert_eq!(who.user, "app");
+        let ttl = crate::clock::millis(CREDENTIALS_REMEMBERED);
+        assert_eq!(auth.remembered("app", "app-pw", ttl - 1), Some(who));
+        assert_eq!(auth.remembered("app", "other", 1), None, "another password");
+        assert_eq!(auth.remembered("app", "app-pw", ttl), None, "time is up");
+        // A changed password changes the stored hash: the old one is
+        // not taken again.
+        auth.authenticate("app", "app-pw", 0).unwrap();
+        let mut changed = auth.config.clone();
+        changed.users[1].password_hash = bcrypt::hash("new-pw", 4).unwrap();
+        let changed = Auth {
+            config: changed,
+            ..auth.clone()
+        };
+        assert_eq!(changed.remembered("app", "app-pw", 1), None);
     }
 
     #[test]

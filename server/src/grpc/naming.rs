@@ -51,7 +51,7 @@ pub(crate) async fn dispatch(node: &Node, conn: &Arc<Conn>, envelope: Envelope) 
         return error_response(UN_REGISTER, "Connection is unregistered.");
     }
     if kind != Some(RequestKind::HealthCheck) {
-        match authorized(node, kind, &envelope) {
+        match authorized(node, kind, &envelope).await {
             // A user limited by its roles: its pushes are checked again
             // before each is sent.
             Ok(Some(identity)) if !identity.bootstrap => conn.limit_to(&identity.user),
@@ -128,10 +128,11 @@ fn takes_a_slot(kind: Option<RequestKind>, envelope: &Envelope) -> bool {
 }
 
 /// Checks the `accessToken` header (in the payload's metadata, or in the
-/// body's `headers` as some clients send it) when auth is on, and, for a
+/// body's `headers` as some clients send it; without one, `username` and
+/// `password` headers, as Nacos accepts) when auth is on, and, for a
 /// user created through the API, that its roles allow the request on the
 /// namespace, group and service or config it names.
-fn authorized(
+async fn authorized(
     node: &Node,
     kind: Option<RequestKind>,
     envelope: &Envelope,
@@ -145,15 +146,33 @@ fn authorized(
         #[serde(default)]
         headers: std::collections::BTreeMap<String, String>,
     }
-    let token = match envelope.headers.get("accessToken") {
-        Some(token) => Some(token.clone()),
-        None => envelope
-            .decode::<Headers>()
-            .unwrap_or_default()
-            .headers
-            .remove("accessToken"),
+    let in_body = std::sync::OnceLock::new();
+    let header = |name: &str| {
+        envelope.headers.get(name).cloned().or_else(|| {
+            in_body
+                .get_or_init(|| envelope.decode::<Headers>().unwrap_or_default().headers)
+                .get(name)
+                .cloned()
+        })
     };
-    let identity = auth.verify(token.as_deref(), node.now())?;
+    let now = node.now();
+    let identity = match (
+        header("accessToken"),
+        header("username"),
+        header("password"),
+    ) {
+        (None, Some(user), Some(password)) => match auth.remembered(&user, &password, now) {
+            Some(identity) => identity,
+            None => {
+                // A bcrypt check: off the async threads.
+                let auth = auth.clone();
+                tokio::task::spawn_blocking(move || auth.authenticate(&user, &password, now))
+                    .await
+                    .unwrap_or(Err(crate::auth::Denied::BadCredentials))?
+            }
+        },
+        (token, _, _) => auth.verify(token.as_deref(), now)?,
+    };
     if !identity.bootstrap && !identity.admin {
         for (resource, action) in resources(kind, envelope) {
             auth.permit(&identity, resource, action)?;

@@ -15,7 +15,9 @@
 //! secret is set, opens every endpoint.
 //!
 //! The token is read as Nacos reads it: the `accessToken` query or form
-//! parameter, the `accessToken` header, or `Authorization: Bearer`.
+//! parameter, the `accessToken` header, or `Authorization: Bearer`; a
+//! call without one may carry `username` and `password` instead (headers
+//! or parameters), checked as a login is and remembered briefly.
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -42,22 +44,24 @@ enum Access {
 
 fn access(method: &Method, path: &str) -> Access {
     let read = method == Method::GET || method == Method::HEAD;
-    if path.starts_with("/nacos/v3/auth/")
-        && !matches!(
-            path,
-            "/nacos/v3/auth/user/login" | "/nacos/v3/auth/user/admin"
-        )
-    {
+    let logging_in = matches!(
+        path,
+        "/nacos/v3/auth/user/login"
+            | "/nacos/v3/auth/user/admin"
+            | "/nacos/v1/auth/login"
+            | "/nacos/v1/auth/users/login"
+    );
+    if (path.starts_with("/nacos/v3/auth/") || path.starts_with("/nacos/v1/auth/")) && !logging_in {
         // Users, roles and permissions are an admin's, but a user may
         // change its own password (the handler checks whose).
-        return if method == Method::PUT && path == "/nacos/v3/auth/user" {
+        let own_password = matches!(path, "/nacos/v3/auth/user" | "/nacos/v1/auth/users");
+        return if method == Method::PUT && own_password {
             Access::User
         } else {
             Access::Admin
         };
     }
-    let open = path.starts_with("/nacos/v1/auth/")
-        || path.starts_with("/nacos/v3/auth/")
+    let open = logging_in
         || matches!(
             path,
             "/" | "/nacos"
@@ -128,11 +132,11 @@ pub(crate) async fn guard(State(node): State<Node>, request: Request, next: Next
         _ if !auth.enabled() => return next.run(request).await,
         needed => {
             let limit = node.config().http.max_body_bytes;
-            let (mut request, token) = match token(request, limit).await {
+            let (mut request, given) = match credentials(request, limit).await {
                 Ok(found) => found,
                 Err(refused) => return refused,
             };
-            match auth.verify(token.as_deref(), node.now()) {
+            match identify(&node, given).await {
                 Ok(identity) if needed != Access::User && !identity.admin => {
                     crate::auth::Denied::NotAdmin(identity.user).to_string()
                 }
@@ -175,37 +179,84 @@ pub(crate) async fn guard(State(node): State<Node>, request: Request, next: Next
     }
 }
 
-/// The request's token, from its headers, query or form body (read, up
-/// to `limit` bytes, and put back).
-async fn token(request: Request, limit: usize) -> Result<(Request, Option<String>), Response> {
+/// What a caller proves itself with.
+enum Given {
+    Token(String),
+    Password { user: String, password: String },
+    Nothing,
+}
+
+/// Who `given` proves the caller to be. A password is checked with
+/// bcrypt off the async threads, unless it was verified lately.
+async fn identify(node: &Node, given: Given) -> Result<crate::auth::Identity, crate::auth::Denied> {
+    let auth = node.auth();
+    let now = node.now();
+    match given {
+        Given::Token(token) => auth.verify(Some(&token), now),
+        Given::Nothing => auth.verify(None, now),
+        Given::Password { user, password } => {
+            if let Some(identity) = auth.remembered(&user, &password, now) {
+                return Ok(identity);
+            }
+            let auth = auth.clone();
+            tokio::task::spawn_blocking(move || auth.authenticate(&user, &password, now))
+                .await
+                .unwrap_or(Err(crate::auth::Denied::BadCredentials))
+        }
+    }
+}
+
+/// The request's token, as Nacos looks for it: `Authorization: Bearer`,
+/// the `accessToken` header, query or form parameter; without one, a
+/// `username` and `password` (headers, then query, then form). The form
+/// body is read, up to `limit` bytes, and put back.
+async fn credentials(request: Request, limit: usize) -> Result<(Request, Given), Response> {
     let headers = request.headers();
-    let bearer = headers
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    let header = headers.get("accessToken").and_then(|v| v.to_str().ok());
-    if let Some(token) = bearer.or(header) {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let bearer = header(AUTHORIZATION.as_str()).and_then(|v| v.strip_prefix("Bearer "));
+    if let Some(token) = bearer.or(header("accessToken")) {
         let token = token.to_owned();
-        return Ok((request, Some(token)));
+        return Ok((request, Given::Token(token)));
     }
-    let query = request.uri().query().unwrap_or_default();
-    if let Some(token) = find_token(query.as_bytes()) {
-        return Ok((request, Some(token)));
-    }
-    let form = headers
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
-    if !form {
-        return Ok((request, None));
-    }
-    let (parts, body) = request.into_parts();
-    let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
-        let message = format!("the request body is unreadable or larger than {limit} bytes");
-        return Err((StatusCode::PAYLOAD_TOO_LARGE, plain(message)).into_response());
+    let from_headers = match (header("username"), header("password")) {
+        (Some(user), Some(password)) => Some(Given::Password {
+            user: user.to_owned(),
+            password: password.to_owned(),
+        }),
+        _ => None,
     };
-    let token = find_token(&bytes);
-    Ok((Request::from_parts(parts, Body::from(bytes)), token))
+    let query = request.uri().query().unwrap_or_default().to_owned();
+    if let Some(token) = find(query.as_bytes(), "accessToken") {
+        return Ok((request, Given::Token(token)));
+    }
+    let form = header(CONTENT_TYPE.as_str())
+        .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
+    let (request, body) = if form {
+        let (parts, body) = request.into_parts();
+        let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
+            let message = format!("the request body is unreadable or larger than {limit} bytes");
+            return Err((StatusCode::PAYLOAD_TOO_LARGE, plain(message)).into_response());
+        };
+        (Request::from_parts(parts, Body::from(bytes.clone())), bytes)
+    } else {
+        (request, axum::body::Bytes::new())
+    };
+    if let Some(token) = find(&body, "accessToken") {
+        return Ok((request, Given::Token(token)));
+    }
+    if let Some(given) = from_headers {
+        return Ok((request, given));
+    }
+    let password = |encoded: &[u8]| {
+        Some(Given::Password {
+            user: find(encoded, "username")?,
+            password: find(encoded, "password")?,
+        })
+    };
+    let given = password(query.as_bytes())
+        .or_else(|| password(&body))
+        .unwrap_or(Given::Nothing);
+    Ok((request, given))
 }
 
 /// The request's parameters (query and form body, the body put back).
@@ -283,9 +334,10 @@ fn resource(method: &Method, path: &str, p: &Params) -> Option<(String, Action)>
     Some((touched, action))
 }
 
-fn find_token(encoded: &[u8]) -> Option<String> {
+/// The first non-empty value of `name` in a URL-encoded query or form.
+fn find(encoded: &[u8], name: &str) -> Option<String> {
     form_urlencoded::parse(encoded)
-        .find(|(k, _)| k == "accessToken")
+        .find(|(k, _)| k == name)
         .map(|(_, v)| v.into_owned())
         .filter(|v| !v.is_empty())
 }

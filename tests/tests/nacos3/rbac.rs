@@ -508,6 +508,32 @@ async fn the_native_api_ctl_and_pushes_follow_the_permissions() -> anyhow::Resul
         .await
         .expect_err("not public");
 
+    // The console's views: a namespace the reader may read, not another,
+    // and not the event stream of every namespace.
+    ok(
+        &server,
+        &reader,
+        Method::GET,
+        "/understudy/v1/registry",
+        &[("namespace", "team-a")],
+    )
+    .await;
+    for (path, namespace, resource) in [
+        ("/understudy/v1/registry", "public", "public:*:naming/*"),
+        ("/understudy/v1/events", "team-a", "*:*:naming/*"),
+    ] {
+        let (status, body) = call(
+            &server,
+            &reader,
+            Method::GET,
+            path,
+            &[("namespace", namespace)],
+        )
+        .await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{path}: {body}");
+        assert!(body.contains(resource), "{path}: {body}");
+    }
+
     // The native API itself: listings, sessions.
     let mut registry = RegistryClient::connect(format!("http://{}", server.grpc)).await?;
     let found = registry
@@ -695,4 +721,214 @@ async fn register_in_session(
             return Ok(answer.kind);
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v1_user_management_and_credentials_sent_with_each_call() -> anyhow::Result<()> {
+    let server = Server::start(secured()).await?;
+    let admin = login(&server, "nacos", "nacos-pw").await;
+    ok(
+        &server,
+        &admin,
+        Method::POST,
+        "/nacos/v3/admin/core/namespace",
+        &[("namespaceId", "team-c"), ("namespaceName", "C")],
+    )
+    .await;
+
+    // Users, roles and permissions at the v1 paths: an admin's.
+    let created = ok(
+        &server,
+        &admin,
+        Method::POST,
+        "/nacos/v1/auth/users",
+        &[("username", "cred"), ("password", "pw-1")],
+    )
+    .await;
+    let created: Value = serde_json::from_str(&created)?;
+    assert_eq!(
+        created,
+        json!({"code":200,"message":null,"data":"create user ok!"})
+    );
+    let (status, body) = call(
+        &server,
+        "not-a-token",
+        Method::POST,
+        "/nacos/v1/auth/users",
+        &[("username", "x"), ("password", "y")],
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    let (status, body) = call(
+        &server,
+        &admin,
+        Method::POST,
+        "/nacos/v1/auth/users",
+        &[("username", "x")],
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.contains("'password'"), "{body}");
+    ok(
+        &server,
+        &admin,
+        Method::POST,
+        "/nacos/v1/auth/roles",
+        &[("role", "cred-role"), ("username", "cred")],
+    )
+    .await;
+    let (status, body) = call(
+        &server,
+        &admin,
+        Method::POST,
+        "/nacos/v1/auth/roles",
+        &[("role", "cred-role"), ("username", "nobody")],
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let permission = [
+        ("role", "cred-role"),
+        ("resource", "team-c:*:*"),
+        ("action", "rw"),
+    ];
+    ok(
+        &server,
+        &admin,
+        Method::POST,
+        "/nacos/v1/auth/permissions",
+        &permission,
+    )
+    .await;
+    let (status, body) = call(
+        &server,
+        &admin,
+        Method::POST,
+        "/nacos/v1/auth/permissions",
+        &[("role", "cred-role"), ("resource", "x"), ("action", "x")],
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.contains("action"), "{body}");
+    let read = |path: &'static str, query: Vec<(&'static str, &'static str)>| {
+        let server = &server;
+        let admin = &admin;
+        async move {
+            let body = ok(server, admin, Method::GET, path, &query).await;
+            serde_json::from_str::<Value>(&body).expect("JSON")
+        }
+    };
+    let users = read(
+        "/nacos/v1/auth/users",
+        vec![("pageNo", "1"), ("pageSize", "10")],
+    )
+    .await;
+    assert!(
+        users["pageItems"]
+            .as_array()
+            .expect("a bare page")
+            .iter()
+            .any(|u| u["username"] == "cred"),
+        "{users}"
+    );
+    let found = read("/nacos/v1/auth/users/search", vec![("username", "cr")]).await;
+    assert_eq!(found, json!(["cred"]));
+    let roles = read("/nacos/v1/auth/roles", vec![("username", "cred")]).await;
+    assert_eq!(roles["pageItems"][0]["role"], "cred-role", "{roles}");
+    let found = read("/nacos/v1/auth/roles/search", vec![("role", "cred")]).await;
+    assert_eq!(found, json!(["cred-role"]));
+    let held = read("/nacos/v1/auth/permissions", vec![("role", "cred-role")]).await;
+    assert_eq!(held["pageItems"][0]["resource"], "team-c:*:*", "{held}");
+    let exists = read("/nacos/v1/auth/permissions", permission.to_vec()).await;
+    assert_eq!(exists["data"], true, "{exists}");
+
+    // Credentials with each call instead of a token: headers, then
+    // parameters; Nacos gRPC takes them as request headers.
+    let client = reqwest::Client::new();
+    let list = server.url("/nacos/v3/client/ns/instance/list");
+    let in_c = [("serviceName", "orders"), ("namespaceId", "team-c")];
+    let with_headers = |password: &str| {
+        client
+            .get(&list)
+            .query(&in_c)
+            .header("username", "cred")
+            .header("password", password)
+    };
+    let reply = with_headers("pw-1").send().await?;
+    assert_eq!(reply.status(), StatusCode::OK, "{}", reply.text().await?);
+    let reply = with_headers("wrong").send().await?;
+    assert_eq!(reply.status(), StatusCode::FORBIDDEN);
+    assert!(reply.text().await?.contains("unknown user"));
+    let with_params = |password: &'static str, namespace: &'static str| {
+        client.get(&list).query(&[
+            ("serviceName", "orders"),
+            ("namespaceId", namespace),
+            ("username", "cred"),
+            ("password", password),
+        ])
+    };
+    let reply = with_params("pw-1", "team-c").send().await?;
+    assert_eq!(reply.status(), StatusCode::OK, "{}", reply.text().await?);
+    let reply = with_params("pw-1", "public").send().await?;
+    assert_eq!(reply.status(), StatusCode::FORBIDDEN);
+    assert!(reply.text().await?.contains("may not read"));
+    let grpc = understudy_tests::nacos_grpc::RawClient::connect(server.grpc, None).await?;
+    let query = |password: &str| {
+        json!({"headers":{"username":"cred","password":password},"namespace":"team-c",
+            "serviceName":"orders","groupName":"DEFAULT_GROUP","cluster":"","healthyOnly":false})
+    };
+    let (_, answer) = grpc.call("ServiceQueryRequest", query("pw-1")).await?;
+    assert_eq!(answer["resultCode"], 200, "{answer}");
+    let (_, answer) = grpc.call("ServiceQueryRequest", query("wrong")).await?;
+    assert_eq!(answer["errorCode"], 403, "{answer}");
+
+    // A changed password: the old one, verified a moment ago, is refused.
+    let token = login(&server, "cred", "pw-1").await;
+    ok(
+        &server,
+        &token,
+        Method::PUT,
+        "/nacos/v1/auth/users",
+        &[("username", "cred"), ("newPassword", "pw-2")],
+    )
+    .await;
+    assert_eq!(
+        with_params("pw-1", "team-c").send().await?.status(),
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        with_params("pw-2", "team-c").send().await?.status(),
+        StatusCode::OK
+    );
+
+    // Taken apart again at the v1 paths; the user's credentials stop working.
+    let call_v1 = |method: Method, path: &'static str, form: Vec<(&'static str, &'static str)>| {
+        let server = &server;
+        let admin = &admin;
+        async move { ok(server, admin, method, path, &form).await }
+    };
+    call_v1(
+        Method::DELETE,
+        "/nacos/v1/auth/permissions",
+        permission.to_vec(),
+    )
+    .await;
+    let held = read("/nacos/v1/auth/permissions", vec![("role", "cred-role")]).await;
+    assert_eq!(held["totalCount"], 0, "{held}");
+    call_v1(
+        Method::DELETE,
+        "/nacos/v1/auth/roles",
+        vec![("role", "cred-role"), ("username", "cred")],
+    )
+    .await;
+    call_v1(
+        Method::DELETE,
+        "/nacos/v1/auth/users",
+        vec![("username", "cred")],
+    )
+    .await;
+    assert_eq!(
+        with_params("pw-2", "team-c").send().await?.status(),
+        StatusCode::FORBIDDEN
+    );
+    server.stop().await
 }

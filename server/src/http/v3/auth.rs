@@ -33,22 +33,92 @@ pub(super) fn routes() -> Vec<Route> {
     vec![
         (
             "/nacos/v3/auth/user",
-            post(user_create).put(user_password).delete(user_delete),
+            post(user_create::<V3>)
+                .put(user_password::<V3>)
+                .delete(user_delete::<V3>),
         ),
         ("/nacos/v3/auth/user/admin", post(initial_admin)),
-        ("/nacos/v3/auth/user/list", get(user_list)),
-        ("/nacos/v3/auth/user/search", get(user_search)),
-        ("/nacos/v3/auth/role", post(role_bind).delete(role_unbind)),
-        ("/nacos/v3/auth/role/list", get(role_list)),
-        ("/nacos/v3/auth/role/search", get(role_search)),
+        ("/nacos/v3/auth/user/list", get(user_list::<V3>)),
+        ("/nacos/v3/auth/user/search", get(user_search::<V3>)),
+        (
+            "/nacos/v3/auth/role",
+            post(role_bind::<V3>).delete(role_unbind::<V3>),
+        ),
+        ("/nacos/v3/auth/role/list", get(role_list::<V3>)),
+        ("/nacos/v3/auth/role/search", get(role_search::<V3>)),
         (
             "/nacos/v3/auth/permission",
-            post(permission_grant)
-                .delete(permission_revoke)
+            post(permission_grant::<V3>)
+                .delete(permission_revoke::<V3>)
                 .get(permission_exists),
         ),
-        ("/nacos/v3/auth/permission/list", get(permission_list)),
+        ("/nacos/v3/auth/permission/list", get(permission_list::<V3>)),
     ]
+}
+
+/// The same users, roles and permissions at Nacos 2.x's v1 paths (which
+/// `nacos_api_compat = nacos3` retires, as Nacos 3 does): a list is the
+/// bare page, a search the bare list, a change `{"code":200,"data":"…"}`.
+pub(super) fn v1_routes() -> Vec<Route> {
+    vec![
+        (
+            "/nacos/v1/auth/users",
+            post(user_create::<V1>)
+                .put(user_password::<V1>)
+                .delete(user_delete::<V1>)
+                .get(user_list::<V1>),
+        ),
+        ("/nacos/v1/auth/users/search", get(user_search::<V1>)),
+        (
+            "/nacos/v1/auth/roles",
+            post(role_bind::<V1>)
+                .delete(role_unbind::<V1>)
+                .get(role_list::<V1>),
+        ),
+        ("/nacos/v1/auth/roles/search", get(role_search::<V1>)),
+        (
+            "/nacos/v1/auth/permissions",
+            post(permission_grant::<V1>)
+                .delete(permission_revoke::<V1>)
+                .get(permissions_v1),
+        ),
+    ]
+}
+
+/// How a plane renders its answers.
+trait Plane {
+    /// A change's acknowledgement (`"create user ok!"`, …).
+    fn done(result: Result<String, ApiError>) -> Response;
+    /// A read's data.
+    fn data<T: Serialize>(result: Result<T, ApiError>) -> Response;
+}
+
+/// Nacos 3: the envelope, the acknowledgement as its data.
+struct V3;
+
+impl Plane for V3 {
+    fn done(result: Result<String, ApiError>) -> Response {
+        reply(result)
+    }
+
+    fn data<T: Serialize>(result: Result<T, ApiError>) -> Response {
+        reply(result)
+    }
+}
+
+/// Nacos 2.x's v1: `RestResult` acknowledgements, bare data, v1 errors.
+struct V1;
+
+impl Plane for V1 {
+    fn done(result: Result<String, ApiError>) -> Response {
+        result.map_or_else(ApiError::v1, |said| {
+            Json(serde_json::json!({"code": 200, "message": null, "data": said})).into_response()
+        })
+    }
+
+    fn data<T: Serialize>(result: Result<T, ApiError>) -> Response {
+        result.map_or_else(ApiError::v1, |data| Json(data).into_response())
+    }
 }
 
 async fn hash(password: String) -> Result<String, ApiError> {
@@ -69,8 +139,8 @@ fn not_bootstrap(node: &Node, name: &str) -> Result<(), ApiError> {
 }
 
 /// `POST /user?username=&password=`.
-async fn user_create(State(node): State<Node>, params: Input) -> Response {
-    reply(
+async fn user_create<P: Plane>(State(node): State<Node>, params: Input) -> Response {
+    P::done(
         async {
             let p = params?;
             let name = p.required("username")?.trim().to_owned();
@@ -81,19 +151,19 @@ async fn user_create(State(node): State<Node>, params: Input) -> Response {
                 password_hash,
             })
             .await?;
-            Ok("create user ok!")
+            Ok("create user ok!".to_owned())
         }
         .await,
     )
 }
 
 /// `PUT /user?username=&newPassword=`: an admin's, or the user's own.
-async fn user_password(
+async fn user_password<P: Plane>(
     State(node): State<Node>,
     identity: Option<axum::Extension<Identity>>,
     params: Input,
 ) -> Response {
-    reply(
+    P::done(
         async {
             let p = params?;
             let name = p.required("username")?.trim().to_owned();
@@ -112,7 +182,7 @@ async fn user_password(
                 password_hash,
             })
             .await?;
-            Ok("update user ok!")
+            Ok("update user ok!".to_owned())
         }
         .await,
     )
@@ -120,13 +190,13 @@ async fn user_password(
 
 /// `DELETE /user?username=`: its tokens stop working on each node as it
 /// applies the deletion.
-async fn user_delete(State(node): State<Node>, params: Input) -> Response {
-    reply(
+async fn user_delete<P: Plane>(State(node): State<Node>, params: Input) -> Response {
+    P::done(
         async {
             let name = params?.required("username")?.trim().to_owned();
             not_bootstrap(&node, &name)?;
             node.propose(Op::DeleteUser { name }).await?;
-            Ok("delete user ok!")
+            Ok("delete user ok!".to_owned())
         }
         .await,
     )
@@ -213,8 +283,8 @@ fn all_users(node: &Node) -> Vec<String> {
     names
 }
 
-async fn user_list(State(node): State<Node>, params: Input) -> Response {
-    reply(params.and_then(|p| {
+async fn user_list<P: Plane>(State(node): State<Node>, params: Input) -> Response {
+    P::data(params.and_then(|p| {
         let (page_no, page_size) = page(&p)?;
         let wanted = filter(&p, "username")?;
         let users = all_users(&node)
@@ -228,8 +298,8 @@ async fn user_list(State(node): State<Node>, params: Input) -> Response {
     }))
 }
 
-async fn user_search(State(node): State<Node>, params: Input) -> Response {
-    reply(params.map(|p| {
+async fn user_search<P: Plane>(State(node): State<Node>, params: Input) -> Response {
+    P::data(params.map(|p| {
         let part = p.get("username").unwrap_or("").to_owned();
         all_users(&node)
             .into_iter()
@@ -239,8 +309,8 @@ async fn user_search(State(node): State<Node>, params: Input) -> Response {
 }
 
 /// `POST /role?role=&username=`: the user must exist.
-async fn role_bind(State(node): State<Node>, params: Input) -> Response {
-    reply(
+async fn role_bind<P: Plane>(State(node): State<Node>, params: Input) -> Response {
+    P::done(
         async {
             let p = params?;
             let role = p.required("role")?.trim().to_owned();
@@ -252,7 +322,7 @@ async fn role_bind(State(node): State<Node>, params: Input) -> Response {
                 }));
             }
             node.propose(Op::BindRole { role, user }).await?;
-            Ok("add role ok!")
+            Ok("add role ok!".to_owned())
         }
         .await,
     )
@@ -260,8 +330,8 @@ async fn role_bind(State(node): State<Node>, params: Input) -> Response {
 
 /// `DELETE /role?role=&username=`: from one user, or (no `username`)
 /// from everyone.
-async fn role_unbind(State(node): State<Node>, params: Input) -> Response {
-    reply(
+async fn role_unbind<P: Plane>(State(node): State<Node>, params: Input) -> Response {
+    P::done(
         async {
             let p = params?;
             let role = p.required("role")?.trim().to_owned();
@@ -297,8 +367,8 @@ fn all_bindings(node: &Node) -> Vec<(String, String)> {
     bindings
 }
 
-async fn role_list(State(node): State<Node>, params: Input) -> Response {
-    reply(params.and_then(|p| {
+async fn role_list<P: Plane>(State(node): State<Node>, params: Input) -> Response {
+    P::data(params.and_then(|p| {
         let (page_no, page_size) = page(&p)?;
         let role_ok = filter(&p, "role")?;
         let user_ok = filter(&p, "username")?;
@@ -310,8 +380,8 @@ async fn role_list(State(node): State<Node>, params: Input) -> Response {
     }))
 }
 
-async fn role_search(State(node): State<Node>, params: Input) -> Response {
-    reply(params.map(|p| {
+async fn role_search<P: Plane>(State(node): State<Node>, params: Input) -> Response {
+    P::data(params.map(|p| {
         let part = p.get("role").unwrap_or("").to_owned();
         let mut roles: Vec<String> = all_bindings(&node)
             .into_iter()
@@ -333,23 +403,23 @@ fn permission(p: &Params) -> Result<Permission, ApiError> {
 
 /// `POST /permission?role=&resource=&action=`: the role must be bound to
 /// someone.
-async fn permission_grant(State(node): State<Node>, params: Input) -> Response {
-    reply(
+async fn permission_grant<P: Plane>(State(node): State<Node>, params: Input) -> Response {
+    P::done(
         async {
             let permission = permission(&params?)?;
             node.propose(Op::Grant { permission }).await?;
-            Ok("add permission ok!")
+            Ok("add permission ok!".to_owned())
         }
         .await,
     )
 }
 
-async fn permission_revoke(State(node): State<Node>, params: Input) -> Response {
-    reply(
+async fn permission_revoke<P: Plane>(State(node): State<Node>, params: Input) -> Response {
+    P::done(
         async {
             let permission = permission(&params?)?;
             node.propose(Op::Revoke { permission }).await?;
-            Ok("delete permission ok!")
+            Ok("delete permission ok!".to_owned())
         }
         .await,
     )
@@ -368,6 +438,15 @@ async fn permission_exists(State(node): State<Node>, params: Input) -> Response 
     }))
 }
 
+/// v1's `GET /permissions`: with a `resource`, whether the role holds
+/// it (in the `Result` envelope, as Nacos answers it); else the list.
+async fn permissions_v1(node: State<Node>, params: Input) -> Response {
+    match &params {
+        Ok(p) if p.get("resource").is_some() => permission_exists(node, params).await,
+        _ => permission_list::<V1>(node, params).await,
+    }
+}
+
 /// A permission as Nacos' `PermissionInfo`.
 #[derive(Debug, Serialize)]
 struct PermissionInfo {
@@ -376,8 +455,8 @@ struct PermissionInfo {
     action: &'static str,
 }
 
-async fn permission_list(State(node): State<Node>, params: Input) -> Response {
-    reply(params.and_then(|p| {
+async fn permission_list<P: Plane>(State(node): State<Node>, params: Input) -> Response {
+    P::data(params.and_then(|p| {
         let (page_no, page_size) = page(&p)?;
         let role_ok = filter(&p, "role")?;
         let registry = node.registry();

@@ -31,6 +31,7 @@ pub(super) fn routes() -> Router<AppState> {
     for (path, route) in naming::routes()
         .into_iter()
         .chain(auth::routes())
+        .chain(auth::v1_routes())
         .chain(clients::routes())
         .chain(config::routes())
         .chain(transfer::routes())
