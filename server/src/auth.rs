@@ -24,8 +24,31 @@ use crate::config::{AuthConfig, UserSetting};
 
 type Signer = SimpleHmac<Sha256>;
 
-/// `{"alg":"HS256","typ":"JWT"}`, the only header issued or accepted.
+/// `{"alg":"HS256","typ":"JWT"}`, the header issued. Any header is read
+/// as JSON, whatever its field order: `alg` must be `HS256` (never
+/// `none`), `typ`, if given, `JWT`, and no `crit` extension is known.
 const HEADER: &str = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9";
+
+/// A token's header, as read.
+#[derive(Deserialize)]
+struct Header {
+    alg: String,
+    #[serde(default)]
+    typ: Option<String>,
+    #[serde(default)]
+    crit: Option<serde_json::Value>,
+}
+
+impl Header {
+    fn accepted(&self) -> bool {
+        self.alg == "HS256"
+            && self
+                .typ
+                .as_deref()
+                .is_none_or(|t| t.eq_ignore_ascii_case("JWT"))
+            && self.crit.is_none()
+    }
+}
 
 /// Why a call or a login is refused. The messages are Nacos's.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -261,13 +284,21 @@ impl Auth {
         };
         let payload = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&claims).expect("claims encode"));
         let signed = format!("{HEADER}.{payload}");
-        let signature =
-            URL_SAFE_NO_PAD.encode(self.signer().chain_update(&signed).finalize().into_bytes());
+        let signature = URL_SAFE_NO_PAD.encode(self.signature(&signed));
         Ok(Issued {
             token: format!("{signed}.{signature}"),
             ttl_s,
             admin,
         })
+    }
+
+    /// The HS256 signature of a token's `header.payload`.
+    pub(crate) fn signature(&self, signed: &str) -> Vec<u8> {
+        self.signer()
+            .chain_update(signed)
+            .finalize()
+            .into_bytes()
+            .to_vec()
     }
 
     fn signer(&self) -> Signer {
@@ -339,7 +370,13 @@ impl Auth {
         let (signed, signature) = token.rsplit_once('.').ok_or(Denied::Invalid)?;
         let (header, payload) = signed.split_once('.').ok_or(Denied::Invalid)?;
         if header != HEADER {
-            return Err(Denied::Invalid);
+            let header = URL_SAFE_NO_PAD
+                .decode(header)
+                .map_err(|_| Denied::Invalid)?;
+            let header: Header = serde_json::from_slice(&header).map_err(|_| Denied::Invalid)?;
+            if !header.accepted() {
+                return Err(Denied::Invalid);
+            }
         }
         let signature = URL_SAFE_NO_PAD
             .decode(signature)
@@ -474,6 +511,206 @@ mod tests {
             ..auth.clone()
         };
         assert_eq!(changed.remembered("app", "app-pw", 1), None);
+    }
+
+    /// jsonwebtoken, given HS256 on the hmac and sha2 the server already
+    /// uses (its bundled providers bring RSA, EC and Ed25519 code): the
+    /// library writes and reads the tokens, the provider only signs.
+    mod jwt {
+        use hmac::Mac as _;
+        use jsonwebtoken::crypto::{CryptoProvider, JwkUtils, JwtSigner, JwtVerifier};
+        use jsonwebtoken::errors::{ErrorKind, Result};
+        use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey};
+
+        pub(super) struct Hs256(super::Signer);
+
+        impl signature::Signer<Vec<u8>> for Hs256 {
+            fn try_sign(&self, message: &[u8]) -> std::result::Result<Vec<u8>, signature::Error> {
+                Ok(self
+                    .0
+                    .clone()
+                    .chain_update(message)
+                    .finalize()
+                    .into_bytes()
+                    .to_vec())
+            }
+        }
+
+        impl signature::Verifier<Vec<u8>> for Hs256 {
+            fn verify(
+                &self,
+                message: &[u8],
+                signature: &Vec<u8>,
+            ) -> std::result::Result<(), signature::Error> {
+                self.0
+                    .clone()
+                    .chain_update(message)
+                    .verify_slice(signature)
+                    .map_err(|_| signature::Error::new())
+            }
+        }
+
+        impl JwtSigner for Hs256 {
+            fn algorithm(&self) -> Algorithm {
+                Algorithm::HS256
+            }
+        }
+
+        impl JwtVerifier for Hs256 {
+            fn algorithm(&self) -> Algorithm {
+                Algorithm::HS256
+            }
+        }
+
+        fn hs256(algorithm: &Algorithm, secret: &[u8]) -> Result<Box<Hs256>> {
+            if *algorithm != Algorithm::HS256 {
+                return Err(ErrorKind::InvalidAlgorithm.into());
+            }
+            let mac = super::Signer::new_from_slice(secret)
+                .map_err(|_| jsonwebtoken::errors::Error::from(ErrorKind::InvalidKeyFormat))?;
+            Ok(Box::new(Hs256(mac)))
+        }
+
+        fn signer(algorithm: &Algorithm, key: &EncodingKey) -> Result<Box<dyn JwtSigner>> {
+            Ok(hs256(algorithm, key.try_get_hmac_secret()?)?)
+        }
+
+        fn verifier(algorithm: &Algorithm, key: &DecodingKey) -> Result<Box<dyn JwtVerifier>> {
+            Ok(hs256(algorithm, key.try_get_hmac_secret()?)?)
+        }
+
+        static PROVIDER: CryptoProvider = CryptoProvider {
+            signer_factory: signer,
+            verifier_factory: verifier,
+            jwk_utils: JwkUtils::new_unimplemented(),
+        };
+
+        pub(super) fn install() {
+            // Another test may have installed it first: the same provider.
+            let _ = PROVIDER.install_default();
+        }
+    }
+
+    const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
+
+    /// A token jsonwebtoken mints with `header` and `claims`.
+    fn minted(header: jsonwebtoken::Header, claims: &serde_json::Value, secret: &[u8]) -> String {
+        jwt::install();
+        jsonwebtoken::encode(
+            &header,
+            claims,
+            &jsonwebtoken::EncodingKey::from_secret(secret),
+        )
+        .expect("jsonwebtoken mints it")
+    }
+
+    #[test]
+    fn tokens_a_jwt_library_mints_are_accepted_and_ours_read_by_it() {
+        let auth = auth(true);
+        let claims = serde_json::json!({"sub": "app", "exp": 2_000});
+        // jsonwebtoken's header: `{"typ":"JWT","alg":"HS256"}`.
+        let theirs = minted(
+            jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+            &claims,
+            SECRET,
+        );
+        assert_eq!(auth.verify(Some(&theirs), 1_000_000).unwrap().user, "app");
+        // Nacos' own tokens carry only `{"alg":"HS256"}`.
+        let bare = jsonwebtoken::Header {
+            typ: None,
+            ..jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256)
+        };
+        let nacos_like = minted(bare, &claims, SECRET);
+        assert_eq!(
+            auth.verify(Some(&nacos_like), 1_000_000).unwrap().user,
+            "app"
+        );
+        // And the library reads ours (its expiry check reads the real
+        // clock; the expiry is compared here instead).
+        let ours = auth.login("app", "app-pw", 1_000_000).unwrap().token;
+        jwt::install();
+        let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::HS256);
+        validation.validate_exp = false;
+        let read = jsonwebtoken::decode::<serde_json::Value>(
+            &ours,
+            &jsonwebtoken::DecodingKey::from_secret(SECRET),
+            &validation,
+        )
+        .expect("jsonwebtoken reads ours");
+        assert_eq!(read.claims["sub"], "app");
+        assert_eq!(read.claims["exp"], 1_000 + 60);
+    }
+
+    #[test]
+    fn expired_malformed_wrongly_signed_and_unsigned_tokens_are_refused() {
+        let auth = auth(true);
+        let header = || jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+        let live = serde_json::json!({"sub": "app", "exp": 2_000});
+        let expired = minted(
+            header(),
+            &serde_json::json!({"sub": "app", "exp": 999}),
+            SECRET,
+        );
+        assert_eq!(auth.verify(Some(&expired), 999_000), Err(Denied::Expired));
+        let other_key = minted(header(), &live, b"another secret, another cluster");
+        assert_eq!(auth.verify(Some(&other_key), 0), Err(Denied::Invalid));
+        let no_exp = minted(header(), &serde_json::json!({"sub": "app"}), SECRET);
+        assert_eq!(auth.verify(Some(&no_exp), 0), Err(Denied::Invalid));
+        let gone = minted(
+            header(),
+            &serde_json::json!({"sub": "gone", "exp": 2_000}),
+            SECRET,
+        );
+        assert_eq!(auth.verify(Some(&gone), 0), Err(Denied::Invalid));
+
+        // `alg: none`, other algorithms and unknown critical extensions,
+        // each with a valid HS256 signature over what it says.
+        let encode = |json: &str| URL_SAFE_NO_PAD.encode(json);
+        let payload = encode(r#"{"sub":"app","exp":2000}"#);
+        let signed_with = |header: &str| {
+            let signed = format!("{}.{payload}", encode(header));
+            let signature = auth.signer().chain_update(&signed).finalize().into_bytes();
+            format!("{signed}.{}", URL_SAFE_NO_PAD.encode(signature))
+        };
+        let none = format!("{}.{payload}", encode(r#"{"alg":"none","typ":"JWT"}"#));
+        for token in [
+            format!("{none}."),
+            none.clone(),
+            signed_with(r#"{"alg":"none"}"#),
+            signed_with(r#"{"alg":"HS512","typ":"JWT"}"#),
+            signed_with(r#"{"alg":"HS256","typ":"JWE"}"#),
+            signed_with(r#"{"alg":"HS256","crit":["exp"]}"#),
+            signed_with("not json"),
+        ] {
+            assert_eq!(
+                auth.verify(Some(&token), 0),
+                Err(Denied::Invalid),
+                "{token}"
+            );
+        }
+        assert_eq!(
+            auth.verify(Some(&signed_with(r#"{"alg":"HS256"}"#)), 0)
+                .unwrap()
+                .user,
+            "app"
+        );
+        let valid = minted(header(), &live, SECRET);
+        let parts: Vec<&str> = valid.split('.').collect();
+        for token in [
+            String::new(),
+            ".".to_owned(),
+            "..".to_owned(),
+            format!("{}.{}", parts[0], parts[1]),
+            format!("{valid}.{}", parts[2]),
+            format!("{}.{}.{}!", parts[0], parts[1], parts[2]),
+            format!("{}.%%%.{}", parts[0], parts[2]),
+        ] {
+            let refused = auth.verify(Some(&token), 0);
+            assert!(
+                matches!(refused, Err(Denied::Invalid | Denied::Missing)),
+                "{token}: {refused:?}"
+            );
+        }
     }
 
     #[test]

@@ -460,3 +460,87 @@ pub fn config_file(input: &[u8]) {
     nowhere(&mut settings.tls_ca);
     let _ = ValidConfig::from_settings(settings);
 }
+
+// ---- tokens ----------------------------------------------------------------
+
+/// The fuzzing token target's clock, ms.
+const TOKEN_NOW_MS: u64 = 1_000_000_000;
+
+/// Auth on, one user `app`, a fixed secret.
+static TOKENS: LazyLock<crate::auth::Auth> = LazyLock::new(|| {
+    crate::auth::Auth::new(crate::config::AuthConfig {
+        enabled: true,
+        token_secret: b"the fuzzing target's token secret".to_vec(),
+        token_ttl: std::time::Duration::from_secs(60),
+        users: vec![crate::config::UserSetting {
+            name: "app".to_owned(),
+            // Never checked: tokens only look the user up.
+            password_hash: "$2b$04$abcdefghijklmnopqrstuu5Yt3Cq3kD2t3vQqyfyQ8U3xB3ZpQ6wW"
+                .to_owned(),
+            admin: false,
+        }],
+    })
+});
+
+/// A token (the bytes read as text) checked as every API checks one. A
+/// token it accepts must be for the one user and carry the HS256
+/// signature of exactly what it says under the secret: anything else
+/// accepted is a forgery.
+pub fn token(input: &[u8]) {
+    use base64::Engine as _;
+    let text = String::from_utf8_lossy(input);
+    let Ok(identity) = TOKENS.verify(Some(&text), TOKEN_NOW_MS) else {
+        return;
+    };
+    assert_eq!(identity.user, "app");
+    let (signed, signature) = text
+        .trim()
+        .rsplit_once('.')
+        .expect("an accepted token has a signature");
+    let signature = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(signature)
+        .expect("an accepted signature is base64url");
+    assert_eq!(
+        signature,
+        TOKENS.signature(signed),
+        "a forged token was accepted"
+    );
+}
+
+/// Seeds for the token target: a token as this node issues them, one with a bare
+/// `{"alg":"HS256"}` header, an expired one and an unsigned one.
+pub fn token_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine as _;
+    let sign = |header: &str, claims: &str| {
+        let signed = format!(
+            "{}.{}",
+            URL_SAFE_NO_PAD.encode(header),
+            URL_SAFE_NO_PAD.encode(claims)
+        );
+        let signature = URL_SAFE_NO_PAD.encode(TOKENS.signature(&signed));
+        format!("{signed}.{signature}")
+    };
+    let live = format!(r#"{{"sub":"app","exp":{}}}"#, TOKEN_NOW_MS / 1000 + 60);
+    let unsigned = format!(
+        "{}.{}.",
+        URL_SAFE_NO_PAD.encode(r#"{"alg":"none"}"#),
+        URL_SAFE_NO_PAD.encode(&live)
+    );
+    vec![
+        // The header and claims as a login writes them.
+        (
+            "issued",
+            sign(r#"{"alg":"HS256","typ":"JWT"}"#, &live).into_bytes(),
+        ),
+        (
+            "bare_header",
+            sign(r#"{"alg":"HS256"}"#, &live).into_bytes(),
+        ),
+        (
+            "expired",
+            sign(r#"{"alg":"HS256","typ":"JWT"}"#, r#"{"sub":"app","exp":1}"#).into_bytes(),
+        ),
+        ("unsigned", unsigned.into_bytes()),
+    ]
+}

@@ -24,6 +24,7 @@ const TARGETS: &[(&str, EntryPoint)] = &[
     ("native_messages", fuzzing::native_message),
     ("raft_codec", fuzzing::raft_payload),
     ("config_file", fuzzing::config_file),
+    ("token", fuzzing::token),
 ];
 
 fn fuzz_dir() -> PathBuf {
@@ -90,6 +91,9 @@ async fn write_the_fuzz_seeds() {
         "cluster".to_owned(),
         CLUSTER_CONFIG.as_bytes().to_vec(),
     ));
+    for (name, bytes) in fuzzing::token_seeds() {
+        seeds.push(("token", name.to_owned(), bytes));
+    }
     for (target, name, bytes) in seeds {
         let dir = fuzz_dir().join("seeds").join(target);
         std::fs::create_dir_all(&dir).unwrap();
