@@ -9,13 +9,13 @@ use reqwest::{Method, StatusCode};
 use understudy_server::config::Settings;
 use understudy_tests::Server;
 
-struct Row {
-    method: Method,
-    path: String,
-    status: String,
+pub(crate) struct Row {
+    pub(crate) method: Method,
+    pub(crate) path: String,
+    pub(crate) status: String,
 }
 
-fn rows() -> Vec<Row> {
+pub(crate) fn rows() -> Vec<Row> {
     let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/nacos3.md"))
         .expect("docs/nacos3.md is readable");
     doc.lines()

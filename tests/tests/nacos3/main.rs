@@ -4,9 +4,11 @@
 //!   export and import, clients, the compatibility switch;
 //! - `endpoints`: every row of `docs/nacos3.md` against the server;
 //! - `gray`: beta and tag releases as two listening gRPC clients see them;
-//! - `rbac`: users, roles and permissions per namespace.
+//! - `rbac`: users, roles and permissions per namespace;
+//! - `refusals`: a bad parameter and a missing resource at every endpoint.
 
 mod endpoints;
 mod gray;
 mod http;
 mod rbac;
+mod refusals;

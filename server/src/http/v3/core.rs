@@ -128,17 +128,27 @@ async fn node_self(State(node): State<Node>) -> Response {
     reply(Ok(me.unwrap_or(Value::Null)))
 }
 
+/// Nacos' node states.
+const NODE_STATES: [&str; 5] = ["STARTING", "UP", "SUSPICIOUS", "DOWN", "ISOLATION"];
+
 /// `GET /core/cluster/node/list?address=&state=`: `address` keeps the
-/// members whose address starts with it, `state` those in that state.
+/// members whose address starts with it, `state` (one of Nacos' node
+/// states) those in that state.
 async fn node_list(State(node): State<Node>, params: Input) -> Response {
-    reply(params.map(|p| {
+    reply(params.and_then(|p| {
         let address = p.get("address").unwrap_or("");
-        let state = p.get("state");
-        member(&node)
+        let state = p.get("state").map(str::trim).filter(|s| !s.is_empty());
+        if let Some(state) = state.filter(|s| !NODE_STATES.contains(s)) {
+            return Err(ApiError::invalid(
+                "state",
+                format!("'{state}' is none of {}", NODE_STATES.join(", ")),
+            ));
+        }
+        Ok(member(&node)
             .into_iter()
             .filter(|m| m["address"].as_str().unwrap_or("").starts_with(address))
             .filter(|m| state.is_none_or(|s| m["state"].as_str() == Some(s)))
-            .collect::<Vec<_>>()
+            .collect::<Vec<_>>())
     }))
 }
 
