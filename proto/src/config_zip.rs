@@ -133,24 +133,34 @@ pub enum ArchiveError {
         /// The limit.
         limit: usize,
     },
+    /// Entries larger, together, than the limit: a small upload that
+    /// unpacks to far more than it weighs.
+    #[error("the archive unpacks to more than {limit} bytes")]
+    TooLargeInAll {
+        /// The limit.
+        limit: usize,
+    },
 }
 
-/// Reads an archive; each entry may hold at most `max_entry` bytes.
-pub fn read(bytes: &[u8], max_entry: usize) -> Result<Archive, ArchiveError> {
+/// Reads an archive; each entry may hold at most `max_entry` bytes, and
+/// all of them together at most `max_total`.
+pub fn read(bytes: &[u8], max_entry: usize, max_total: usize) -> Result<Archive, ArchiveError> {
     let unreadable = |e: zip::result::ZipError| ArchiveError::Unreadable(e.to_string());
     let mut zip = zip::ZipArchive::new(Cursor::new(bytes)).map_err(unreadable)?;
     let mut metadata = None;
     let mut entries = Vec::new();
     let mut unrecognized = Vec::new();
+    let mut total = 0_usize;
     for i in 0..zip.len() {
         let entry = zip.by_index(i).map_err(unreadable)?;
         if entry.is_dir() {
             continue;
         }
         let name = entry.name().to_owned();
+        let room = max_entry.min(max_total - total);
         let mut content = Vec::new();
         entry
-            .take(max_entry as u64 + 1)
+            .take(room as u64 + 1)
             .read_to_end(&mut content)
             .map_err(|e| ArchiveError::Unreadable(e.to_string()))?;
         if content.len() > max_entry {
@@ -159,6 +169,10 @@ pub fn read(bytes: &[u8], max_entry: usize) -> Result<Archive, ArchiveError> {
                 limit: max_entry,
             });
         }
+        if content.len() > room {
+            return Err(ArchiveError::TooLargeInAll { limit: max_total });
+        }
+        total += content.len();
         let text = String::from_utf8(content)
             .map_err(|_| ArchiveError::Unreadable(format!("entry {name} is not UTF-8")))?;
         if name == METADATA || name == ".meta.yml" {
@@ -242,7 +256,7 @@ mod tests {
         two.desc = "test desc".to_owned();
         let configs = vec![config("testGroup1", "testData1", "a=1"), two];
         let bytes = write(&configs);
-        let archive = read(&bytes, 1024).unwrap();
+        let archive = read(&bytes, 1024, 1 << 20).unwrap();
         assert_eq!(archive.configs, configs);
         assert!(archive.unrecognized.is_empty());
         let mut zip = zip::ZipArchive::new(Cursor::new(bytes)).unwrap();
@@ -271,7 +285,7 @@ mod tests {
             zip.write_all(body.as_bytes()).unwrap();
         }
         let bytes = zip.finish().unwrap().into_inner();
-        let archive = read(&bytes, 1024).unwrap();
+        let archive = read(&bytes, 1024, 1 << 20).unwrap();
         assert_eq!(archive.configs.len(), 1);
         assert_eq!(
             archive.unrecognized,
@@ -282,20 +296,28 @@ mod tests {
             ]
         );
         assert!(matches!(
-            read(b"not a zip", 1024),
+            read(b"not a zip", 1024, 1 << 20),
             Err(ArchiveError::Unreadable(_))
         ));
         assert!(matches!(
-            read(&bytes, 1),
+            read(&bytes, 1, 1 << 20),
             Err(ArchiveError::TooLarge { .. })
         ));
+        // Each entry within its limit, all of them together not.
+        assert_eq!(
+            read(&bytes, 1024, 4),
+            Err(ArchiveError::TooLargeInAll { limit: 4 })
+        );
         let no_metadata = write(&[]);
         let mut zip = zip::ZipWriter::new(Cursor::new(Vec::new()));
         zip.start_file("g/a", options).unwrap();
         let bare = zip.finish().unwrap().into_inner();
-        assert!(matches!(read(&bare, 1024), Err(ArchiveError::Metadata(_))));
         assert!(matches!(
-            read(&no_metadata, 1024),
+            read(&bare, 1024, 1 << 20),
+            Err(ArchiveError::Metadata(_))
+        ));
+        assert!(matches!(
+            read(&no_metadata, 1024, 1 << 20),
             Err(ArchiveError::Metadata(_))
         ));
     }

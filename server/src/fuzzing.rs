@@ -544,3 +544,44 @@ pub fn token_seeds() -> Vec<(&'static str, Vec<u8>)> {
         ("unsigned", unsigned.into_bytes()),
     ]
 }
+
+// ---- config archives -------------------------------------------------------
+
+/// The largest config the archive target accepts, and all together.
+const ARCHIVE_ENTRY: usize = 4096;
+const ARCHIVE_TOTAL: usize = 1 << 16;
+
+/// An uploaded config archive (Nacos 3's import ZIP), read as the import
+/// reads it: whatever it holds, nothing read may exceed its limits.
+pub fn config_zip(input: &[u8]) {
+    let Ok(archive) = understudy_proto::config_zip::read(input, ARCHIVE_ENTRY, ARCHIVE_TOTAL)
+    else {
+        return;
+    };
+    let total: usize = archive.configs.iter().map(|c| c.content.len()).sum();
+    assert!(total <= ARCHIVE_TOTAL, "{total} bytes read, over the limit");
+    assert!(archive
+        .configs
+        .iter()
+        .all(|c| c.content.len() <= ARCHIVE_ENTRY));
+}
+
+/// Seeds for the archive target: an export of two configs.
+pub fn config_zip_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    use understudy_proto::config_zip::{write, ArchivedConfig};
+    let config = |group: &str, data_id: &str, content: &str, kind: &str| ArchivedConfig {
+        group: group.to_owned(),
+        data_id: data_id.to_owned(),
+        content: content.to_owned(),
+        kind: kind.to_owned(),
+        app_name: "shop".to_owned(),
+        desc: "a seed".to_owned(),
+    };
+    vec![(
+        "export",
+        write(&[
+            config("DEFAULT_GROUP", "app.yaml", "port: 80\n", "yaml"),
+            config("web", "flags", "a=1", "text"),
+        ]),
+    )]
+}

@@ -25,6 +25,7 @@ const TARGETS: &[(&str, EntryPoint)] = &[
     ("raft_codec", fuzzing::raft_payload),
     ("config_file", fuzzing::config_file),
     ("token", fuzzing::token),
+    ("config_zip", fuzzing::config_zip),
 ];
 
 fn fuzz_dir() -> PathBuf {
@@ -93,6 +94,9 @@ async fn write_the_fuzz_seeds() {
     ));
     for (name, bytes) in fuzzing::token_seeds() {
         seeds.push(("token", name.to_owned(), bytes));
+    }
+    for (name, bytes) in fuzzing::config_zip_seeds() {
+        seeds.push(("config_zip", name.to_owned(), bytes));
     }
     for (target, name, bytes) in seeds {
         let dir = fuzz_dir().join("seeds").join(target);

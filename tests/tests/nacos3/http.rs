@@ -1244,6 +1244,17 @@ async fn the_admin_plane_reports_clients_what_they_publish_subscribe_and_listen_
     assert_eq!(metrics["ephemeralIpPortClientCount"], 1);
     let switches = data(call(&server, Method::GET, &format!("{ns}/ops/switches"), &[]).await);
     assert!(switches["clientBeatInterval"].is_u64(), "{switches}");
+    data(
+        call(
+            &server,
+            Method::PUT,
+            &format!("{ns}/ops/switches"),
+            &[("entry", "checkTimes"), ("value", "5")],
+        )
+        .await,
+    );
+    let switches = data(call(&server, Method::GET, &format!("{ns}/ops/switches"), &[]).await);
+    assert_eq!(switches["checkTimes"], 5, "{switches}");
 
     let listeners = data(
         call(
@@ -1331,7 +1342,8 @@ async fn configs_export_to_a_zip_import_under_each_policy_and_clone() -> anyhow:
         "{disposition}"
     );
     let zip = export.bytes().await?;
-    let archive = understudy_proto::config_zip::read(&zip, 1 << 20).expect("a readable export");
+    let archive =
+        understudy_proto::config_zip::read(&zip, 1 << 20, 1 << 24).expect("a readable export");
     let names: Vec<String> = archive
         .configs
         .iter()

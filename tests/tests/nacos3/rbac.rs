@@ -104,8 +104,16 @@ async fn grant(server: &Server, admin: &str, user: &str, ns: &str, action: &str)
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn permissions_hold_per_namespace_on_every_http_api() -> anyhow::Result<()> {
+/// A secured server with namespace `team-a`, a user `reader` with `r` on
+/// it and a user `writer` with `rw`, and the tokens of all three.
+struct Team {
+    server: Server,
+    admin: String,
+    reader: String,
+    writer: String,
+}
+
+async fn team_a() -> anyhow::Result<Team> {
     let server = Server::start(secured()).await?;
     let admin = login(&server, "nacos", "nacos-pw").await;
     ok(
@@ -120,6 +128,22 @@ async fn permissions_hold_per_namespace_on_every_http_api() -> anyhow::Result<()
     grant(&server, &admin, "writer", "team-a", "rw").await;
     let reader = login(&server, "reader", "pw-of-user").await;
     let writer = login(&server, "writer", "pw-of-user").await;
+    Ok(Team {
+        server,
+        admin,
+        reader,
+        writer,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permissions_hold_per_namespace_on_every_http_api() -> anyhow::Result<()> {
+    let Team {
+        server,
+        admin,
+        reader,
+        writer,
+    } = team_a().await?;
 
     let instance = [
         ("serviceName", "orders"),
@@ -258,6 +282,38 @@ async fn permissions_hold_per_namespace_on_every_http_api() -> anyhow::Result<()
     assert!(
         users.contains("\"reader\"") && !users.contains("$2"),
         "{users}"
+    );
+    // Searches and the other lists, exact and blurred.
+    let read = |path: &'static str, query: Vec<(&'static str, &'static str)>| {
+        let (server, admin) = (&server, &admin);
+        async move {
+            let body = ok(server, admin, Method::GET, path, &query).await;
+            serde_json::from_str::<Value>(&body).expect("JSON")["data"].clone()
+        }
+    };
+    let found = read("/nacos/v3/auth/user/search", vec![("username", "read")]).await;
+    assert_eq!(found, json!(["reader"]));
+    let found = read("/nacos/v3/auth/role/search", vec![("role", "writer")]).await;
+    assert_eq!(found, json!(["writer-role"]));
+    let roles = read(
+        "/nacos/v3/auth/role/list",
+        vec![("role", "*-role"), ("search", "blur")],
+    )
+    .await;
+    assert_eq!(roles["totalCount"], 2, "{roles}");
+    let roles = read("/nacos/v3/auth/role/list", vec![("username", "reader")]).await;
+    assert_eq!(
+        roles["pageItems"],
+        json!([{"role": "reader-role", "username": "reader"}])
+    );
+    let held = read(
+        "/nacos/v3/auth/permission/list",
+        vec![("role", "writer-role")],
+    )
+    .await;
+    assert_eq!(
+        held["pageItems"],
+        json!([{"role": "writer-role", "resource": "team-a:*:*", "action": "rw"}])
     );
     let (status, body) = call(
         &server,
@@ -447,20 +503,12 @@ async fn the_native_api_ctl_and_pushes_follow_the_permissions() -> anyhow::Resul
         session_response, GetServiceRequest, ListServicesRequest, ServiceRef, WatchRequest,
     };
 
-    let server = Server::start(secured()).await?;
-    let admin = login(&server, "nacos", "nacos-pw").await;
-    ok(
-        &server,
-        &admin,
-        Method::POST,
-        "/nacos/v3/admin/core/namespace",
-        &[("namespaceId", "team-a"), ("namespaceName", "A")],
-    )
-    .await;
-    grant(&server, &admin, "reader", "team-a", "r").await;
-    grant(&server, &admin, "writer", "team-a", "rw").await;
-    let reader = login(&server, "reader", "pw-of-user").await;
-    let writer = login(&server, "writer", "pw-of-user").await;
+    let Team {
+        server,
+        admin,
+        reader,
+        writer,
+    } = team_a().await?;
     let service = |ns: &str| ServiceRef {
         namespace: ns.to_owned(),
         group: "DEFAULT_GROUP".to_owned(),
@@ -930,5 +978,65 @@ async fn v1_user_management_and_credentials_sent_with_each_call() -> anyhow::Res
         with_params("pw-2", "team-c").send().await?.status(),
         StatusCode::FORBIDDEN
     );
+    server.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_initial_admin_is_made_once_while_there_is_none() -> anyhow::Result<()> {
+    // Auth needs a config-file user; this one is no admin.
+    let server = Server::start(Settings {
+        users: Some(vec![UserSetting {
+            name: "app".to_owned(),
+            password_hash: hash_password("app-pw", 4).expect("a hash"),
+            admin: false,
+        }]),
+        ..secured()
+    })
+    .await?;
+    let client = reqwest::Client::new();
+    let made: Value = client
+        .post(server.url("/nacos/v3/auth/user/admin"))
+        .form(&[("password", "first-pw")])
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(
+        made,
+        json!({"code": 0, "message": "success", "data": {"username": "nacos", "password": "first-pw"}})
+    );
+    let again = client
+        .post(server.url("/nacos/v3/auth/user/admin"))
+        .form(&[("password", "second-pw")])
+        .send()
+        .await?;
+    assert_eq!(again.status(), StatusCode::OK);
+    let again: Value = again.json().await?;
+    assert_eq!(again["code"], 409, "{again}");
+    // The admin logs in at v3's login (the raw body, and the token as a
+    // header too) and may manage users.
+    let reply = client
+        .post(server.url("/nacos/v3/auth/user/login"))
+        .form(&[("username", "nacos"), ("password", "first-pw")])
+        .send()
+        .await?;
+    assert_eq!(reply.status(), StatusCode::OK);
+    let bearer = reply
+        .headers()
+        .get("Authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let body: Value = reply.json().await?;
+    assert_eq!(body["globalAdmin"], true, "{body}");
+    let token = body["accessToken"].as_str().expect("a token").to_owned();
+    assert_eq!(bearer, Some(format!("Bearer {token}")));
+    ok(
+        &server,
+        &token,
+        Method::POST,
+        "/nacos/v3/auth/user",
+        &[("username", "next"), ("password", "pw")],
+    )
+    .await;
     server.stop().await
 }

@@ -53,6 +53,19 @@ async fn probe() -> Response {
     reply(Ok("ok"))
 }
 
+/// Nacos' `Member` fields around `extendInfo`.
+fn member_json(ip: &str, port: u16, address: &str, extend_info: Value) -> Value {
+    json!({
+        "ip": ip,
+        "port": port,
+        "state": "UP",
+        "address": address,
+        "failAccessCnt": 0,
+        "extendInfo": extend_info,
+        "abilities": {},
+    })
+}
+
 /// A member as Nacos' `Member`: understudy knows its peers by their raft
 /// address, so `address` is that; `extendInfo` carries the node id, DC
 /// and raft role.
@@ -85,38 +98,32 @@ fn member(node: &Node) -> Vec<Value> {
             } else {
                 "learner"
             };
-            json!({
-                "ip": ip,
-                "port": port,
-                "state": "UP",
-                "address": address,
-                "failAccessCnt": 0,
-                "extendInfo": {
+            member_json(
+                &ip,
+                port,
+                &address,
+                json!({
                     "nodeId": m.id,
                     "dc": m.dc,
                     "raftAddr": m.raft_addr,
                     "raftRole": role,
                     "self": me,
                     "version": env!("CARGO_PKG_VERSION"),
-                },
-                "abilities": {},
-            })
+                }),
+            )
         })
         .collect();
     if members.is_empty() {
         // A node outside any membership still reports itself.
         let config = node.config();
         let address = node.http_address();
-        members.push(json!({
-            "ip": address.ip().to_string(),
-            "port": address.port(),
-            "state": "UP",
-            "address": address.to_string(),
-            "failAccessCnt": 0,
-            "extendInfo": {"nodeId": config.node_id, "dc": config.dc, "self": true,
-                "version": env!("CARGO_PKG_VERSION")},
-            "abilities": {},
-        }));
+        members.push(member_json(
+            &address.ip().to_string(),
+            address.port(),
+            &address.to_string(),
+            json!({"nodeId": config.node_id, "dc": config.dc, "self": true,
+                "version": env!("CARGO_PKG_VERSION")}),
+        ));
     }
     members
 }

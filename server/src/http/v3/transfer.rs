@@ -92,26 +92,14 @@ fn archived(key: &ConfigKey, item: &understudy_core::ConfigItem) -> ArchivedConf
     }
 }
 
-/// `yyyyMMddHHmmss` (UTC) of an epoch-ms time.
+/// `yyyyMMddHHmmss` (UTC) of an epoch-ms time: RFC 3339's digits.
 fn stamp(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    // Howard Hinnant's civil-from-days.
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}{month:02}{day:02}{:02}{:02}{:02}",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
+    let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    humantime::format_rfc3339_seconds(time)
+        .to_string()
+        .chars()
+        .filter(char::is_ascii_digit)
+        .collect()
 }
 
 /// `ids`: comma-separated config ids; none when absent or blank.
@@ -331,8 +319,12 @@ async fn import(
             json!({"succCount": 0}),
         );
     }
+    // A config may be as large as configs may be; all of them together
+    // at most 64 times what was uploaded (and at least 16 MiB): text
+    // packs well, but not a thousandfold.
     let max = node.config().registry.limits.max_config_bytes;
-    let archive = match config_zip::read(&file, max) {
+    let max_total = file.len().saturating_mul(64).max(16 << 20);
+    let archive = match config_zip::read(&file, max, max_total) {
         Ok(archive) => archive,
         Err(ArchiveError::Metadata(why)) => {
             return failed(
