@@ -361,6 +361,24 @@ impl Auth {
         })
     }
 
+    /// Who `user` is by `password`, as every API checks credentials sent
+    /// with a call: remembered if verified lately, else checked with
+    /// bcrypt off the async threads (and remembered).
+    pub async fn sign_in(
+        &self,
+        user: String,
+        password: String,
+        now_ms: u64,
+    ) -> Result<Identity, Denied> {
+        if let Some(identity) = self.remembered(&user, &password, now_ms) {
+            return Ok(identity);
+        }
+        let auth = self.clone();
+        tokio::task::spawn_blocking(move || auth.authenticate(&user, &password, now_ms))
+            .await
+            .unwrap_or(Err(Denied::BadCredentials))
+    }
+
     /// Who `token` belongs to at `now_ms`.
     pub fn verify(&self, token: Option<&str>, now_ms: u64) -> Result<Identity, Denied> {
         let token = token

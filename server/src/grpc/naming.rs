@@ -161,16 +161,7 @@ async fn authorized(
         header("username"),
         header("password"),
     ) {
-        (None, Some(user), Some(password)) => match auth.remembered(&user, &password, now) {
-            Some(identity) => identity,
-            None => {
-                // A bcrypt check: off the async threads.
-                let auth = auth.clone();
-                tokio::task::spawn_blocking(move || auth.authenticate(&user, &password, now))
-                    .await
-                    .unwrap_or(Err(crate::auth::Denied::BadCredentials))?
-            }
-        },
+        (None, Some(user), Some(password)) => auth.sign_in(user, password, now).await?,
         (token, _, _) => auth.verify(token.as_deref(), now)?,
     };
     if !identity.bootstrap && !identity.admin {

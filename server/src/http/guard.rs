@@ -186,23 +186,14 @@ enum Given {
     Nothing,
 }
 
-/// Who `given` proves the caller to be. A password is checked with
-/// bcrypt off the async threads, unless it was verified lately.
+/// Who `given` proves the caller to be.
 async fn identify(node: &Node, given: Given) -> Result<crate::auth::Identity, crate::auth::Denied> {
     let auth = node.auth();
     let now = node.now();
     match given {
         Given::Token(token) => auth.verify(Some(&token), now),
         Given::Nothing => auth.verify(None, now),
-        Given::Password { user, password } => {
-            if let Some(identity) = auth.remembered(&user, &password, now) {
-                return Ok(identity);
-            }
-            let auth = auth.clone();
-            tokio::task::spawn_blocking(move || auth.authenticate(&user, &password, now))
-                .await
-                .unwrap_or(Err(crate::auth::Denied::BadCredentials))
-        }
+        Given::Password { user, password } => auth.sign_in(user, password, now).await,
     }
 }
 
