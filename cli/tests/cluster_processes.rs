@@ -152,3 +152,24 @@ async fn acknowledged_registrations_survive_the_leader_process_being_killed() {
     );
     assert_eq!(lost, 0, "acknowledged registrations lost");
 }
+
+/// The comparison's failover and durable modes, briefly, on this build's
+/// binary: one leader kill finds no acknowledged write lost and measures
+/// a window; a durable node registers, and reports its bytes on disk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_failover_and_durable_measurements_run_on_real_processes() -> anyhow::Result<()> {
+    use understudy_benches::load::{self, compare, failover};
+    let binary = std::path::Path::new(env!("CARGO_BIN_EXE_understudy"));
+    let mut cluster = compare::start_understudy(binary, 3, true, &[]).await?;
+    let run = failover::run(&mut cluster, 1).await?;
+    println!("{run}");
+    assert_eq!(run.missed, Some(0), "{run}");
+    assert!(run.ops > 0 && run.max_ms.is_some(), "{run}");
+    drop(cluster);
+    let node = compare::start_understudy(binary, 1, true, &[]).await?;
+    let memory = load::memory(node.target(), 50, 4).await?;
+    assert_eq!(memory.ops, 200, "{memory}");
+    let on_disk = node.disk_bytes();
+    assert!(on_disk > 0, "the data dir holds {on_disk} bytes");
+    Ok(())
+}

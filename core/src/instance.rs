@@ -387,7 +387,7 @@ impl Instance {
     /// cluster's name.
     pub(crate) fn zone_under(&self, zone_key: &str) -> String {
         match self.metadata.get(zone_key) {
-            Some(zone) if !zone.trim().is_empty() => zone.clone(),
+            Some(zone) if !zone.trim().is_empty() => zone.to_owned(),
             _ => self.cluster.as_str().to_owned(),
         }
     }
@@ -437,7 +437,7 @@ impl InstancePatch {
         if let Some(metadata) = &self.metadata {
             instance
                 .metadata
-                .extend(metadata.iter().map(|(k, v)| (k.clone(), v.clone())));
+                .extend(metadata.iter().map(|(k, v)| (k.to_owned(), v.to_owned())));
         }
         (instance.weight, instance.enabled, &instance.metadata) != (before.0, before.1, &before.2)
     }
@@ -453,7 +453,7 @@ impl InstancePatch {
         if let Some(metadata) = &later.metadata {
             self.metadata
                 .get_or_insert_with(Metadata::new)
-                .extend(metadata.iter().map(|(k, v)| (k.clone(), v.clone())));
+                .extend(metadata.iter().map(|(k, v)| (k.to_owned(), v.to_owned())));
         }
     }
 }

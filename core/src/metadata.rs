@@ -1,7 +1,7 @@
 //! Metadata: string pairs sorted by key, as a map to every reader and on
-//! the wire. Stored as one exactly-sized sorted vector, not a B-tree whose
-//! first node holds room for eleven pairs: instances carry a few pairs
-//! each, and a registry holds hundreds of thousands of instances.
+//! the wire. Stored as one string of packed pairs, not a map or a vector
+//! of strings: instances carry a few short pairs each, and a registry
+//! holds hundreds of thousands of instances.
 
 use std::fmt;
 
@@ -10,8 +10,49 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Instance or service metadata: sorted so listings and snapshots are stable.
+///
+/// Held as one allocation of text: each pair, in key order, as
+/// `{key length}:{value length}:{key}{value}`. A registry holds hundreds
+/// of thousands of instances with a few short pairs each, and one string
+/// per key and value (with its allocation's header and slack) would cost
+/// several times the text itself. Reads walk the pairs; changes rebuild.
 #[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Metadata(Box<[(String, String)]>);
+pub struct Metadata(Box<str>);
+
+/// The pairs of a [`Metadata`] in key order.
+#[derive(Debug, Clone)]
+pub struct Pairs<'a> {
+    rest: &'a str,
+}
+
+impl<'a> Iterator for Pairs<'a> {
+    type Item = (&'a str, &'a str);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        let (key_len, rest) = length(self.rest);
+        let (value_len, rest) = length(rest);
+        let (key, rest) = rest.split_at(key_len);
+        let (value, rest) = rest.split_at(value_len);
+        self.rest = rest;
+        Some((key, value))
+    }
+}
+
+/// Reads `{n}:` off the front of `text`.
+fn length(text: &str) -> (usize, &str) {
+    let (digits, rest) = text
+        .split_once(':')
+        .expect("metadata text is written by Metadata alone");
+    (
+        digits
+            .parse()
+            .expect("metadata text is written by Metadata alone"),
+        rest,
+    )
+}
 
 impl Metadata {
     /// No pairs.
@@ -19,9 +60,19 @@ impl Metadata {
         Self::default()
     }
 
+    /// Builds from pairs already sorted by key, each key once.
+    fn packed<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        let mut text = String::new();
+        for (key, value) in pairs {
+            use fmt::Write as _;
+            let _ = write!(text, "{}:{}:{key}{value}", key.len(), value.len());
+        }
+        Self(text.into_boxed_str())
+    }
+
     /// Pairs.
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.iter().count()
     }
 
     /// Whether there are none.
@@ -29,55 +80,49 @@ impl Metadata {
         self.0.is_empty()
     }
 
-    fn find(&self, key: &str) -> Result<usize, usize> {
-        self.0.binary_search_by(|(k, _)| k.as_str().cmp(key))
-    }
-
     /// The value of `key`.
-    pub fn get(&self, key: &str) -> Option<&String> {
-        self.find(key).ok().map(|at| &self.0[at].1)
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.iter()
+            .take_while(|(k, _)| *k <= key)
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v)
     }
 
     /// Whether `key` is present.
     pub fn contains_key(&self, key: &str) -> bool {
-        self.find(key).is_ok()
+        self.get(key).is_some()
     }
 
     /// Sets `key` to `value`; returns the value it replaced.
     pub fn insert(&mut self, key: String, value: String) -> Option<String> {
-        match self.find(&key) {
-            Ok(at) => Some(std::mem::replace(&mut self.0[at].1, value)),
-            Err(at) => {
-                let mut pairs = std::mem::take(&mut self.0).into_vec();
-                pairs.insert(at, (key, value));
-                self.0 = pairs.into_boxed_slice();
-                None
-            }
-        }
+        let old = self.get(&key).map(str::to_owned);
+        let mut pairs: Vec<(&str, &str)> = self.iter().filter(|(k, _)| *k != key).collect();
+        let at = pairs.partition_point(|(k, _)| *k < key.as_str());
+        pairs.insert(at, (&key, &value));
+        *self = Self::packed(pairs);
+        old
     }
 
     /// Removes `key`; returns its value.
     pub fn remove(&mut self, key: &str) -> Option<String> {
-        let at = self.find(key).ok()?;
-        let mut pairs = std::mem::take(&mut self.0).into_vec();
-        let (_, value) = pairs.remove(at);
-        self.0 = pairs.into_boxed_slice();
-        Some(value)
+        let old = self.get(key)?.to_owned();
+        *self = Self::packed(self.iter().filter(|(k, _)| *k != key));
+        Some(old)
     }
 
     /// The pairs in key order.
-    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&String, &String)> + ExactSizeIterator {
-        self.0.iter().map(|(k, v)| (k, v))
+    pub fn iter(&self) -> Pairs<'_> {
+        Pairs { rest: &self.0 }
     }
 
     /// The keys in order.
-    pub fn keys(&self) -> impl Iterator<Item = &String> {
-        self.0.iter().map(|(k, _)| k)
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.iter().map(|(k, _)| k)
     }
 
     /// The values in key order.
-    pub fn values(&self) -> impl Iterator<Item = &String> {
-        self.0.iter().map(|(_, v)| v)
+    pub fn values(&self) -> impl Iterator<Item = &str> {
+        self.iter().map(|(_, v)| v)
     }
 }
 
@@ -101,7 +146,7 @@ impl FromIterator<(String, String)> for Metadata {
                 _ => unique.push(pair),
             }
         }
-        Self(unique.into_boxed_slice())
+        Self::packed(unique.iter().map(|(k, v)| (k.as_str(), v.as_str())))
     }
 }
 
@@ -113,13 +158,16 @@ impl<const N: usize> From<[(String, String); N]> for Metadata {
 
 impl From<std::collections::BTreeMap<String, String>> for Metadata {
     fn from(map: std::collections::BTreeMap<String, String>) -> Self {
-        Self(map.into_iter().collect::<Vec<_>>().into_boxed_slice())
+        Self::packed(map.iter().map(|(k, v)| (k.as_str(), v.as_str())))
     }
 }
 
 impl Extend<(String, String)> for Metadata {
     fn extend<I: IntoIterator<Item = (String, String)>>(&mut self, pairs: I) {
-        let old = std::mem::take(&mut self.0).into_vec();
+        let old: Vec<(String, String)> = self
+            .iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
         *self = old.into_iter().chain(pairs).collect();
     }
 }
@@ -129,19 +177,19 @@ impl IntoIterator for Metadata {
     type IntoIter = std::vec::IntoIter<(String, String)>;
 
     fn into_iter(self) -> Self::IntoIter {
-        self.0.into_vec().into_iter()
+        self.iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect::<Vec<_>>()
+            .into_iter()
     }
 }
 
 impl<'a> IntoIterator for &'a Metadata {
-    type Item = (&'a String, &'a String);
-    type IntoIter = std::iter::Map<
-        std::slice::Iter<'a, (String, String)>,
-        fn(&'a (String, String)) -> (&'a String, &'a String),
-    >;
+    type Item = (&'a str, &'a str);
+    type IntoIter = Pairs<'a>;
 
     fn into_iter(self) -> Self::IntoIter {
-        self.0.iter().map(|(k, v)| (k, v))
+        self.iter()
     }
 }
 
@@ -189,13 +237,10 @@ mod tests {
     fn behaves_as_a_sorted_map() {
         let mut m: Metadata = [pair("b", "2"), pair("a", "1"), pair("b", "3")].into();
         assert_eq!(m.len(), 2);
-        assert_eq!(m.get("b").map(String::as_str), Some("3"));
+        assert_eq!(m.get("b"), Some("3"));
         assert_eq!(m.insert("c".into(), "4".into()), None);
         assert_eq!(m.insert("a".into(), "5".into()), Some("1".into()));
-        assert_eq!(
-            m.keys().map(String::as_str).collect::<Vec<_>>(),
-            ["a", "b", "c"]
-        );
+        assert_eq!(m.keys().collect::<Vec<_>>(), ["a", "b", "c"]);
         assert_eq!(m.remove("b"), Some("3".into()));
         assert_eq!(m.remove("b"), None);
         assert!(!m.contains_key("b"));
@@ -206,5 +251,24 @@ mod tests {
         assert_eq!(back, m);
         let bytes = postcard::to_allocvec(&m).unwrap();
         assert_eq!(postcard::from_bytes::<Metadata>(&bytes).unwrap(), m);
+    }
+
+    #[test]
+    fn any_text_survives_packing() {
+        let odd = [
+            pair("", ""),
+            pair("1:2:", "3:4:"),
+            pair("ключ", "значение:"),
+            pair("k", &"v".repeat(300)),
+        ];
+        let m: Metadata = odd.clone().into();
+        assert_eq!(m.len(), 4);
+        for (k, v) in &odd {
+            assert_eq!(m.get(k), Some(v.as_str()), "{k}");
+        }
+        let mut sorted = odd.to_vec();
+        sorted.sort();
+        assert_eq!(m.clone().into_iter().collect::<Vec<_>>(), sorted);
+        assert_eq!(m.get("zzz"), None);
     }
 }

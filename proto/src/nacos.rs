@@ -741,7 +741,7 @@ mod tests {
     #[test]
     fn metadata_accepts_json_and_legacy_pairs() {
         let json = parse_metadata(r#"{"a":"1","b":2}"#).unwrap();
-        assert_eq!(json.get("b").map(String::as_str), Some("2"));
+        assert_eq!(json.get("b"), Some("2"));
         let legacy = parse_metadata("a=1, b = 2").unwrap();
         assert_eq!(legacy.len(), 2);
         assert!(parse_metadata("").unwrap().is_empty());
@@ -758,7 +758,7 @@ mod tests {
         .unwrap();
         assert_eq!(beat.ip.as_deref(), Some("1.2.3.4"));
         assert_eq!(beat.cluster, None);
-        assert_eq!(beat.metadata().get("n").map(String::as_str), Some("1"));
+        assert_eq!(beat.metadata().get("n"), Some("1"));
         assert_eq!(BeatInfo::parse("garbage").unwrap_err().field, "beat");
     }
 

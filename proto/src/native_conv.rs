@@ -29,7 +29,7 @@ impl From<&Instance> for native::Instance {
             metadata: i
                 .metadata
                 .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
                 .collect(),
         }
     }

@@ -82,6 +82,20 @@ enum Mode {
         #[arg(long, default_value_t = 1000)]
         connections: usize,
     },
+    /// Leader kills under paced writes on a 3-node durable understudy
+    /// cluster it starts: how long writes are refused, and whether any
+    /// acknowledged write is lost.
+    Failover {
+        /// Leader kills.
+        #[arg(long, default_value_t = 5)]
+        kills: usize,
+        /// The `understudy` binary [default: `understudy` beside this one].
+        #[arg(long)]
+        understudy: Option<PathBuf>,
+        /// Extra arguments for every node (e.g. `--server-arg=--raft-election-timeout-ms=500`).
+        #[arg(long = "server-arg", allow_hyphen_values = true)]
+        server_args: Vec<String>,
+    },
     /// The machine's ceiling: register, query and beat shapes against a
     /// bare tonic echo and a bare hyper server, started as a child process.
     Limit {
@@ -181,15 +195,37 @@ struct CompareArgs {
     /// Nodes of the cluster register run (below 2: none).
     #[arg(long, default_value_t = 3)]
     cluster_nodes: usize,
+    /// Leader kills in the failover run of a 3-node durable cluster (0:
+    /// no failover run).
+    #[arg(long, default_value_t = 5)]
+    kills: usize,
     /// The understudy binary [default: `understudy` beside this one].
     #[arg(long)]
     understudy: Option<PathBuf>,
     /// The r-nacos binary [default: `rnacos` on the PATH; none: skipped].
     #[arg(long)]
     rnacos: Option<PathBuf>,
+    /// Extra arguments for every understudy process (e.g.
+    /// `--server-arg=--raft-election-timeout-ms=500`).
+    #[arg(long = "server-arg", allow_hyphen_values = true)]
+    server_args: Vec<String>,
     /// Where the JSON lines of every run go.
     #[arg(long, default_value = "target/compare.jsonl")]
     json: PathBuf,
+}
+
+/// The understudy binary: `given`, or `understudy` beside this one.
+fn understudy_binary(given: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    let binary = match given {
+        Some(path) => path,
+        None => std::env::current_exe()?.with_file_name("understudy"),
+    };
+    anyhow::ensure!(
+        binary.is_file(),
+        "no understudy binary at {} (build it: cargo build --release -p understudy)",
+        binary.display()
+    );
+    Ok(binary)
 }
 
 fn print(run: &Run) {
@@ -228,6 +264,15 @@ async fn main() -> anyhow::Result<()> {
             server,
             connections,
         } => print(&load::idle(&server.target(), connections).await?),
+        Mode::Failover {
+            kills,
+            understudy,
+            server_args,
+        } => {
+            let binary = understudy_binary(understudy)?;
+            let mut cluster = compare::start_understudy(&binary, 3, true, &server_args).await?;
+            print(&load::failover::run(&mut cluster, kills).await?);
+        }
         Mode::Limit { load } => {
             for run in compare::ceiling_only(load.clients, load.duration()).await? {
                 print(&run);
@@ -247,14 +292,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Mode::Compare(args) => {
             let me = std::env::current_exe()?;
-            let understudy = args
-                .understudy
-                .unwrap_or_else(|| me.with_file_name("understudy"));
-            anyhow::ensure!(
-                understudy.is_file(),
-                "no understudy binary at {} (build it: cargo build --release -p understudy)",
-                understudy.display()
-            );
+            let understudy = understudy_binary(args.understudy)?;
             let plan = compare::Plan {
                 rounds: args.rounds,
                 seconds: args.seconds,
@@ -266,7 +304,9 @@ async fn main() -> anyhow::Result<()> {
                 memory_per_service: 10,
                 idle_connections: args.idle_connections,
                 cluster_nodes: args.cluster_nodes,
+                kills: args.kills,
                 understudy,
+                server_args: args.server_args,
                 rnacos: args.rnacos.or_else(compare::find_rnacos),
                 me,
             };

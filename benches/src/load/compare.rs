@@ -36,8 +36,12 @@ pub struct Plan {
     pub idle_connections: usize,
     /// Nodes of the cluster register run (below 2: none).
     pub cluster_nodes: usize,
+    /// Leader kills in the failover run (0: none).
+    pub kills: usize,
     /// The `understudy` binary.
     pub understudy: PathBuf,
+    /// Extra arguments for every understudy process.
+    pub server_args: Vec<String>,
     /// The `rnacos` binary, if there is one.
     pub rnacos: Option<PathBuf>,
     /// This load generator's binary (it serves the ceilings).
@@ -68,10 +72,12 @@ impl Drop for Children {
 
 /// Started server processes, killed when dropped.
 pub struct Spawned {
-    _children: Children,
+    children: Children,
+    /// How each node was started, to start it again after a kill.
+    launches: Vec<(PathBuf, Vec<String>)>,
     target: Target,
     startup: Duration,
-    _dir: Option<tempfile::TempDir>,
+    dir: Option<tempfile::TempDir>,
 }
 
 impl Spawned {
@@ -84,6 +90,47 @@ impl Spawned {
     pub fn startup(&self) -> Duration {
         self.startup
     }
+
+    /// Bytes in the servers' data directories (0 without one).
+    pub fn disk_bytes(&self) -> u64 {
+        self.dir.as_ref().map_or(0, |d| dir_bytes(d.path()))
+    }
+
+    /// Kills node `n` (counting from 0) with SIGKILL and reaps it.
+    pub fn kill(&mut self, n: usize) -> anyhow::Result<()> {
+        let child = &mut self.children.0[n];
+        child.kill()?;
+        child.wait()?;
+        Ok(())
+    }
+
+    /// Starts node `n` again as it was first started (same ports, same
+    /// data directory).
+    pub fn restart(&mut self, n: usize) -> anyhow::Result<()> {
+        let (program, args) = &self.launches[n];
+        self.children.0[n] = Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        Ok(())
+    }
+}
+
+/// Bytes of the files under `dir`, recursively.
+fn dir_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
 }
 
 /// Starts r-nacos from `path` on free ports, with its data in a fresh
@@ -93,7 +140,24 @@ pub async fn start_rnacos(path: &Path) -> anyhow::Result<Spawned> {
         rnacos: Some(path.to_owned()),
         ..Plan::empty()
     };
-    spawn(&plan, Kind::RNacos, 1, &mut Ports::default()).await
+    spawn(&plan, Kind::RNacos, Shape::single(), &mut Ports::default()).await
+}
+
+/// Starts `nodes` understudy processes from `binary` as one cluster on
+/// free ports, each on its own data dir when `durable`.
+pub async fn start_understudy(
+    binary: &Path,
+    nodes: usize,
+    durable: bool,
+    extra: &[String],
+) -> anyhow::Result<Spawned> {
+    let plan = Plan {
+        understudy: binary.to_owned(),
+        server_args: extra.to_vec(),
+        ..Plan::empty()
+    };
+    let shape = Shape { nodes, durable };
+    spawn(&plan, Kind::Understudy, shape, &mut Ports::default()).await
 }
 
 impl Plan {
@@ -110,7 +174,9 @@ impl Plan {
             memory_per_service: 0,
             idle_connections: 0,
             cluster_nodes: 0,
+            kills: 0,
             understudy: PathBuf::new(),
+            server_args: Vec::new(),
             rnacos: None,
             me: std::env::current_exe().unwrap_or_default(),
         }
@@ -155,19 +221,46 @@ fn pid(child: &Child) -> u32 {
     child.id()
 }
 
+/// How many nodes, and whether they keep their data on disk.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    nodes: usize,
+    durable: bool,
+}
+
+impl Shape {
+    fn single() -> Self {
+        Self {
+            nodes: 1,
+            durable: false,
+        }
+    }
+
+    fn cluster(nodes: usize) -> Self {
+        Self {
+            nodes,
+            durable: false,
+        }
+    }
+}
+
 async fn spawn(
     plan: &Plan,
     kind: Kind,
-    nodes: usize,
+    shape: Shape,
     ports: &mut Ports,
 ) -> anyhow::Result<Spawned> {
-    let nodes = nodes.max(1);
+    let nodes = shape.nodes.max(1);
     let mut pairs = Vec::with_capacity(nodes);
     for _ in 0..nodes {
         let (http, grpc) = ports.nacos_pair()?;
         pairs.push((http, grpc, ports.one()?));
     }
     let mut dir = None;
+    if shape.durable && kind == Kind::Understudy {
+        dir = Some(tempfile::tempdir()?);
+    }
+    let mut launches = Vec::new();
     let spawned_at = Instant::now();
     let mut children = Children::default();
     for (n, (http, grpc, raft)) in pairs.iter().enumerate() {
@@ -184,33 +277,43 @@ async fn spawn(
                 c
             }
             Kind::Understudy => {
+                let mut args = vec![
+                    "--http-port".to_owned(),
+                    http.to_string(),
+                    "--grpc-port".to_owned(),
+                    grpc.to_string(),
+                    "--log".to_owned(),
+                    "error,openraft=off".to_owned(),
+                ];
+                if let Some(dir) = &dir {
+                    let path = dir.path().join(format!("node-{}", n + 1));
+                    args.extend(["--data-dir".to_owned(), path.display().to_string()]);
+                }
+                if nodes > 1 {
+                    args.extend([
+                        "--node-id".to_owned(),
+                        (n + 1).to_string(),
+                        "--raft-port".to_owned(),
+                        raft.to_string(),
+                    ]);
+                    for (p, (_, _, peer_raft)) in pairs.iter().enumerate() {
+                        if p != n {
+                            args.extend([
+                                "--peer".to_owned(),
+                                format!("{}=127.0.0.1:{peer_raft}", p + 1),
+                            ]);
+                        }
+                    }
+                }
+                args.extend(plan.server_args.iter().cloned());
                 let mut c = Command::new(&plan.understudy);
                 for (key, _) in std::env::vars() {
                     if key.starts_with("UNDERSTUDY_") {
                         c.env_remove(key);
                     }
                 }
-                c.args([
-                    "--http-port",
-                    &http.to_string(),
-                    "--grpc-port",
-                    &grpc.to_string(),
-                ]);
-                c.args(["--log", "error,openraft=off"]);
-                if nodes > 1 {
-                    let id = n + 1;
-                    c.args([
-                        "--node-id",
-                        &id.to_string(),
-                        "--raft-port",
-                        &raft.to_string(),
-                    ]);
-                    for (p, (_, _, peer_raft)) in pairs.iter().enumerate() {
-                        if p != n {
-                            c.args(["--peer", &format!("{}=127.0.0.1:{peer_raft}", p + 1)]);
-                        }
-                    }
-                }
+                c.args(&args);
+                launches.push((plan.understudy.clone(), args));
                 c
             }
             Kind::RNacos => {
@@ -261,15 +364,18 @@ async fn spawn(
             slowest
         }
     };
-    let name = match (kind, nodes) {
-        (Kind::Ceiling, _) => "ceiling".to_owned(),
-        (Kind::Understudy, 1) => "understudy".to_owned(),
-        (Kind::Understudy, n) => format!("understudy×{n}"),
-        (Kind::RNacos, _) => "r-nacos".to_owned(),
+    let name = match (kind, nodes, shape.durable) {
+        (Kind::Ceiling, _, _) => "ceiling".to_owned(),
+        (Kind::Understudy, 1, false) => "understudy".to_owned(),
+        (Kind::Understudy, 1, true) => "understudy-disk".to_owned(),
+        (Kind::Understudy, n, false) => format!("understudy×{n}"),
+        (Kind::Understudy, n, true) => format!("understudy-disk×{n}"),
+        (Kind::RNacos, _, _) => "r-nacos".to_owned(),
     };
     let watched = Watched::new(children.0.iter().map(pid).collect());
     Ok(Spawned {
-        _children: children,
+        children,
+        launches,
         target: Target {
             name,
             grpc,
@@ -279,7 +385,7 @@ async fn spawn(
             compact: (kind == Kind::Understudy).then(|| "/understudy/v1/raft/compact".to_owned()),
         },
         startup,
-        _dir: dir,
+        dir,
     })
 }
 
@@ -315,7 +421,7 @@ pub async fn run(plan: &Plan, json: &Path) -> anyhow::Result<Vec<Run>> {
                 runs.push(run);
                 Ok(())
             };
-            let server = spawn(plan, kind, 1, &mut ports).await?;
+            let server = spawn(plan, kind, Shape::single(), &mut ports).await?;
             let t = &server.target;
             if kind != Kind::Ceiling {
                 let mut startup = Run::new("startup", t, "spawn to first registration".into());
@@ -328,16 +434,16 @@ pub async fn run(plan: &Plan, json: &Path) -> anyhow::Result<Vec<Run>> {
             if kind == Kind::Ceiling {
                 // What an idle connection costs the transport alone.
                 drop(server);
-                let server = spawn(plan, kind, 1, &mut ports).await?;
+                let server = spawn(plan, kind, Shape::single(), &mut ports).await?;
                 record(super::idle(&server.target, plan.idle_connections).await?)?;
                 continue;
             }
             record(super::push(t, plan.subscribers, plan.changes).await?)?;
             drop(server);
-            let server = spawn(plan, kind, 1, &mut ports).await?;
+            let server = spawn(plan, kind, Shape::single(), &mut ports).await?;
             record(super::idle(&server.target, plan.idle_connections).await?)?;
             drop(server);
-            let server = spawn(plan, kind, 1, &mut ports).await?;
+            let server = spawn(plan, kind, Shape::single(), &mut ports).await?;
             let memory = super::memory(
                 &server.target,
                 plan.memory_services,
@@ -345,10 +451,44 @@ pub async fn run(plan: &Plan, json: &Path) -> anyhow::Result<Vec<Run>> {
             );
             record(memory.await?)?;
             drop(server);
-            if kind == Kind::Understudy && plan.cluster_nodes > 1 {
-                let cluster = spawn(plan, kind, plan.cluster_nodes, &mut ports).await?;
+            if kind != Kind::Understudy {
+                continue;
+            }
+            // Durable: the same register and memory runs with a data dir.
+            let durable = Shape {
+                nodes: 1,
+                durable: true,
+            };
+            let server = spawn(plan, kind, durable, &mut ports).await?;
+            let run = super::register(&server.target, plan.clients, plan.services, seconds);
+            let mut run = run.await?;
+            run.disk_bytes = Some(server.disk_bytes());
+            record(run)?;
+            drop(server);
+            let server = spawn(plan, kind, durable, &mut ports).await?;
+            let memory = super::memory(
+                &server.target,
+                plan.memory_services,
+                plan.memory_per_service,
+            );
+            let mut run = memory.await?;
+            run.disk_bytes = Some(server.disk_bytes());
+            record(run)?;
+            drop(server);
+            if plan.cluster_nodes > 1 {
+                let shape = Shape::cluster(plan.cluster_nodes);
+                let cluster = spawn(plan, kind, shape, &mut ports).await?;
                 let t = &cluster.target;
                 record(super::register(t, plan.clients, plan.services, seconds).await?)?;
+                drop(cluster);
+            }
+            if plan.kills > 0 {
+                let shape = Shape {
+                    nodes: 3,
+                    durable: true,
+                };
+                let mut cluster = spawn(plan, kind, shape, &mut ports).await?;
+                record(super::failover::run(&mut cluster, plan.kills).await?)?;
             }
         }
     }
@@ -457,13 +597,12 @@ fn bound_row(what: &str, ours: Option<f64>, other: Option<f64>, unit: &str, most
 pub fn summary(runs: &[Run], plan: &Plan) -> String {
     let f = Figures::of(runs);
     let (u, r, c) = ("understudy", "r-nacos", "ceiling");
-    let cluster = format!("understudy×{}", plan.cluster_nodes);
     // Each throughput mode against its ceiling (ops/s) and against r-nacos
     // (ops per server CPU-second).
     let mut rows = Vec::new();
     for (mode, name, ceiling, vs_ceiling, vs_rnacos) in [
-        ("query", "gRPC query", "tonic echo", 0.85, 2.5),
-        ("register", "gRPC register", "tonic echo", 0.7, 1.5),
+        ("query", "gRPC query", "tonic echo", 0.85, 2.0),
+        ("register", "gRPC register", "tonic echo", 0.8, 1.5),
         ("beat", "HTTP beat", "hyper", 0.6, 2.0),
     ] {
         rows.push(ratio_row(
@@ -479,11 +618,11 @@ pub fn summary(runs: &[Run], plan: &Plan) -> String {
             vs_rnacos,
         ));
     }
-    let p99 = |t: &str| f.get(t, "push", |r| r.p99_ms);
-    let missed = |t: &str| {
-        f.0.get(&(t.to_owned(), "push".to_owned()))
+    let missed = |t: &str, mode: &str| {
+        f.0.get(&(t.to_owned(), mode.to_owned()))
             .map(|runs| runs.iter().filter_map(|r| r.missed).sum::<u64>())
     };
+    let p99 = |t: &str| f.get(t, "push", |r| r.p99_ms);
     let mut push = bound_row(
         &format!(
             "push p99, write ack → delivery, {} subscribers (ms)",
@@ -494,38 +633,98 @@ pub fn summary(runs: &[Run], plan: &Plan) -> String {
         "",
         20.0,
     );
-    if let Some(m) = missed(u) {
+    if let Some(m) = missed(u, "push") {
         push.ours = format!("{}, {m} missed", push.ours);
         if m > 0 {
             push.met = "MISSED";
         }
     }
-    if let Some(m) = missed(r) {
+    if let Some(m) = missed(r, "push") {
         push.other = format!("{}, {m} missed", push.other);
     }
     push.wanted = "≤ 20, 0 missed".into();
     rows.push(push);
     let per_instance = |t: &str| f.get(t, "memory", |r| r.rss_bytes_per_instance);
     rows.push(bound_row(
-        "RSS per instance (bytes)",
+        &format!(
+            "RSS per instance, {}×{} (bytes)",
+            plan.memory_services, plan.memory_per_service
+        ),
         per_instance(u),
         per_instance(r),
         "",
-        500.0,
+        600.0,
     ));
     let per_conn = |t: &str| {
         f.get(t, "idle", |r| {
             r.rss_bytes_per_connection.map(|b| b / 1024.0)
         })
     };
-    rows.push(bound_row(
+    let mut idle = bound_row(
         "RSS per idle gRPC connection (kB)",
         per_conn(u),
         per_conn(r),
         "",
-        20.0,
+        32.0,
+    );
+    idle.other = format!("{}; tonic echo {}", idle.other, num(per_conn(c), ""));
+    rows.push(idle);
+    let d = "understudy-disk";
+    rows.push(ratio_row(
+        "durable register ÷ in-memory register (ops/s)",
+        f.rate(d, "register"),
+        f.rate(u, "register"),
+        0.6,
     ));
+    let mut rss = ratio_row(
+        "durable RSS per instance ÷ in-memory (bytes)",
+        per_instance(d),
+        per_instance(u),
+        0.0,
+    );
+    let ratio = per_instance(d)
+        .zip(per_instance(u))
+        .filter(|(_, m)| *m > 0.0)
+        .map(|(d, m)| d / m);
+    rss.wanted = "≤ 1.3×".into();
+    rss.met = verdict(ratio.map(|r| r <= 1.3));
+    rows.push(rss);
+    let instances = (plan.memory_services * plan.memory_per_service).max(1) as f64;
+    let on_disk = |mode: &str| f.get(d, mode, |r| r.disk_bytes.map(|b| b as f64));
+    rows.push(Row {
+        what: "durable: bytes on disk per instance; after register churn (MB)".into(),
+        ours: format!(
+            "{}; {}",
+            num(on_disk("memory").map(|b| b / instances), ""),
+            num(on_disk("register").map(|b| b / 1e6), "")
+        ),
+        other: String::new(),
+        ratio: String::new(),
+        wanted: "bounded".into(),
+        met: "reported",
+    });
+    let window = |field: fn(&Run) -> Option<f64>| f.get("understudy-disk×3", "failover", field);
+    let mut failover = bound_row(
+        "writes refused after SIGKILL of a 3-node leader, p50 (ms)",
+        window(|r| r.p50_ms),
+        None,
+        "",
+        1500.0,
+    );
+    let lost = missed("understudy-disk×3", "failover");
+    failover.ours = format!(
+        "{} (max {}), {} acknowledged lost",
+        failover.ours,
+        num(window(|r| r.max_ms), ""),
+        lost.map_or("—".into(), |l| l.to_string())
+    );
+    failover.wanted = "≤ 1500, 0 lost".into();
+    if lost.is_some_and(|l| l > 0) {
+        failover.met = "MISSED";
+    }
+    rows.push(failover);
     if plan.cluster_nodes > 1 {
+        let cluster = format!("understudy×{}", plan.cluster_nodes);
         let mut row = ratio_row(
             &format!("{}-node register ÷ single node (ops/s)", plan.cluster_nodes),
             f.rate(&cluster, "register"),
@@ -561,8 +760,14 @@ pub fn summary(runs: &[Run], plan: &Plan) -> String {
     for ((target, mode), list) in &f.0 {
         let med =
             |field: &dyn Fn(&Run) -> Option<f64>| median(list.iter().filter_map(field).collect());
+        let disk = med(&|r| r.disk_bytes.map(|b| b as f64 / 1e6)).map_or(String::new(), |mb| {
+            format!(", {} MB on disk", num(Some(mb), ""))
+        });
         let other = if mode == "memory" {
-            format!("{} B/instance", num(med(&|r| r.rss_bytes_per_instance), ""))
+            format!(
+                "{} B/instance{disk}",
+                num(med(&|r| r.rss_bytes_per_instance), "")
+            )
         } else if mode == "idle" {
             format!(
                 "{} kB/connection",
@@ -570,13 +775,13 @@ pub fn summary(runs: &[Run], plan: &Plan) -> String {
             )
         } else if mode == "startup" {
             format!("ready in {} ms", num(med(&|r| r.startup_ms), ""))
-        } else if mode == "push" {
+        } else if mode == "push" || mode == "failover" {
             format!(
-                "{} missed",
+                "{} missed{disk}",
                 list.iter().filter_map(|r| r.missed).sum::<u64>()
             )
         } else {
-            String::new()
+            disk.trim_start_matches(", ").to_owned()
         };
         let rate = if mode == "startup" {
             None
@@ -607,7 +812,7 @@ pub fn find_rnacos() -> Option<PathBuf> {
 /// started ceiling process.
 pub async fn ceiling_only(clients: usize, seconds: Duration) -> anyhow::Result<Vec<Run>> {
     let plan = Plan::empty();
-    let server = spawn(&plan, Kind::Ceiling, 1, &mut Ports::default()).await?;
+    let server = spawn(&plan, Kind::Ceiling, Shape::single(), &mut Ports::default()).await?;
     let t = &server.target;
     Ok(vec![
         super::register(t, clients, plan.services, seconds).await?,

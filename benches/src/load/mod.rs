@@ -9,6 +9,7 @@
 
 pub mod ceiling;
 pub mod compare;
+pub mod failover;
 pub mod http;
 pub mod nacos;
 pub mod procfs;
@@ -105,10 +106,13 @@ pub struct Run {
     /// From spawning the server to its first acknowledged registration, ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub startup_ms: Option<f64>,
+    /// Bytes in the server's data directory after the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk_bytes: Option<u64>,
 }
 
 impl Run {
-    fn new(mode: &str, target: &Target, shape: String) -> Self {
+    pub(crate) fn new(mode: &str, target: &Target, shape: String) -> Self {
         Self {
             mode: mode.to_owned(),
             target: target.name.clone(),
@@ -117,7 +121,7 @@ impl Run {
         }
     }
 
-    fn timed(mut self, ops: u64, elapsed: Duration, cpu: Option<Duration>) -> Self {
+    pub(crate) fn timed(mut self, ops: u64, elapsed: Duration, cpu: Option<Duration>) -> Self {
         self.ops = ops;
         self.seconds = elapsed.as_secs_f64();
         self.ops_per_sec = ops as f64 / self.seconds.max(1e-9);
@@ -129,7 +133,7 @@ impl Run {
         self
     }
 
-    fn latencies(mut self, h: &Histogram<u64>) -> Self {
+    pub(crate) fn latencies(mut self, h: &Histogram<u64>) -> Self {
         let ms = |us: u64| us as f64 / 1000.0;
         if !h.is_empty() {
             self.p50_ms = Some(ms(h.value_at_quantile(0.5)));
@@ -173,15 +177,18 @@ impl std::fmt::Display for Run {
         if let Some(ms) = self.startup_ms {
             write!(f, "  ready in {ms:.0} ms")?;
         }
+        if let Some(bytes) = self.disk_bytes {
+            write!(f, "  {:.1} MB on disk", bytes as f64 / 1e6)?;
+        }
         Ok(())
     }
 }
 
-fn histogram() -> Histogram<u64> {
+pub(crate) fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds")
 }
 
-fn micros(d: Duration) -> u64 {
+pub(crate) fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1)
 }
 

@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 use crate::event::ChangeLog;
 use crate::{
     Change, Command, ConfigItem, ConfigKey, ConfigSource, Error, Event, GrayRelease, GroupName,
-    HealthTimeouts, HistoryEntry, HistoryRetention, Instance, InstanceKey, Limits, Millis,
-    NamespaceId, Op, Owner, RemovalCause, Service, ServiceKey, ServiceName,
+    HealthTimeouts, HistoryEntry, HistoryRetention, Instance, Limits, Millis, NamespaceId, Op,
+    Owner, RemovalCause, Service, ServiceKey, ServiceName,
 };
 use history::History;
 
@@ -164,57 +164,16 @@ pub struct RegistrySnapshot {
     pub lost_nodes: Vec<u64>,
 }
 
-/// The instances one owner published in one service: nearly always one,
-/// so a sorted vector, not a set whose first node holds room for eleven.
-#[derive(Debug, Clone, Default)]
-struct Held(Vec<InstanceKey>);
-
-impl Held {
-    fn insert(&mut self, key: InstanceKey) {
-        if let Err(at) = self.0.binary_search(&key) {
-            self.0.insert(at, key);
-        }
-    }
-
-    fn remove(&mut self, key: &InstanceKey) {
-        if let Ok(at) = self.0.binary_search(key) {
-            self.0.remove(at);
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    fn iter(&self) -> std::slice::Iter<'_, InstanceKey> {
-        self.0.iter()
-    }
-}
-
-impl Extend<InstanceKey> for Held {
-    fn extend<I: IntoIterator<Item = InstanceKey>>(&mut self, keys: I) {
-        for key in keys {
-            self.insert(key);
-        }
-    }
-}
-
-impl IntoIterator for Held {
-    type Item = InstanceKey;
-    type IntoIter = std::vec::IntoIter<InstanceKey>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.0.into_iter()
-    }
-}
-
 /// The registry.
 #[derive(Debug, Clone)]
 pub struct Registry {
     options: RegistryOptions,
     namespaces: BTreeMap<NamespaceId, Namespace>,
-    /// Which instances each owner published, per service.
-    owners: BTreeMap<Owner, BTreeMap<ServiceKey, Held>>,
+    /// The services each owner publishes instances in. Which instances
+    /// those are is read off the service (an instance names its owner),
+    /// so the index holds one key per (owner, service), not one per
+    /// instance.
+    owners: BTreeMap<Owner, BTreeSet<ServiceKey>>,
     revision: u64,
     instance_count: usize,
     log: ChangeLog,
@@ -534,14 +493,18 @@ impl Registry {
         registry.serial = snapshot.serial;
         registry.lost_nodes = snapshot.lost_nodes.into_iter().collect();
         for service in snapshot.services {
-            for (key, instance) in &service.instances {
+            for instance in service.instances.values() {
+                if let Some(services) = registry.owners.get_mut(&instance.owner) {
+                    if services.last() != Some(&service.key) {
+                        services.insert(service.key.clone());
+                    }
+                    continue;
+                }
                 registry
                     .owners
                     .entry(instance.owner.clone())
                     .or_default()
-                    .entry(service.key.clone())
-                    .or_default()
-                    .insert(key.clone());
+                    .insert(service.key.clone());
             }
             registry.instance_count += service.instances.len();
             if let Some((since, key)) = Self::purge_entry(&service) {

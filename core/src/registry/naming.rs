@@ -10,7 +10,7 @@ use crate::{
     RemovalCause, Service, ServiceKey, ServiceKind, ServiceMeta, ServiceMetaPatch, UpdateMode,
 };
 
-use super::{Held, Registry, Tx};
+use super::{Registry, Tx};
 
 impl Registry {
     pub(super) fn register(
@@ -61,14 +61,8 @@ impl Registry {
             built.insert(instance.key(), instance);
         }
 
-        let previous: Held = self
-            .owners
-            .get(owner)
-            .and_then(|services| services.get(key))
-            .cloned()
-            .unwrap_or_default();
-        let gone: Vec<InstanceKey> = previous
-            .into_iter()
+        let gone: Vec<InstanceKey> = self
+            .held(owner, key)
             .filter(|k| !built.contains_key(k))
             .collect();
 
@@ -128,14 +122,12 @@ impl Registry {
             self.owners
                 .entry(owner.clone())
                 .or_default()
-                .entry(key.clone())
-                .or_default()
-                .extend(stored);
+                .insert(key.clone());
         }
         // An instance registered again by a new owner moves in place:
         // subscribers see a change, never a removal and re-add.
-        for (old_owner, ikey) in moved_from {
-            self.unindex(&old_owner, key, &ikey);
+        for (old_owner, _) in moved_from {
+            self.unindex(&old_owner, key);
         }
         // Removals come after the additions, so a replacement never shows
         // the service as empty in between.
@@ -199,14 +191,33 @@ impl Registry {
         Ok(())
     }
 
-    pub(super) fn unindex(&mut self, owner: &Owner, service: &ServiceKey, key: &InstanceKey) {
+    /// The instances `owner` holds in service `key`.
+    pub(super) fn held<'a>(
+        &'a self,
+        owner: &'a Owner,
+        key: &ServiceKey,
+    ) -> impl Iterator<Item = InstanceKey> + 'a {
+        let indexed = self
+            .owners
+            .get(owner)
+            .is_some_and(|services| services.contains(key));
+        indexed
+            .then(|| self.service_ref(key))
+            .flatten()
+            .into_iter()
+            .flat_map(|service| service.instances.values())
+            .filter(move |instance| instance.owner == *owner)
+            .map(|instance| instance.key())
+    }
+
+    /// Drops service `service` from `owner`'s index entry once the owner
+    /// holds no instance there.
+    pub(super) fn unindex(&mut self, owner: &Owner, service: &ServiceKey) {
+        if self.held(owner, service).next().is_some() {
+            return;
+        }
         if let Some(services) = self.owners.get_mut(owner) {
-            if let Some(keys) = services.get_mut(service) {
-                keys.remove(key);
-                if keys.is_empty() {
-                    services.remove(service);
-                }
-            }
+            services.remove(service);
             if services.is_empty() {
                 self.owners.remove(owner);
             }
@@ -232,7 +243,7 @@ impl Registry {
         if service.instances.is_empty() {
             service.empty_since = Some(at);
         }
-        self.unindex(&instance.owner, service_key, key);
+        self.unindex(&instance.owner, service_key);
         tx.events.push(Event::InstanceRemoved {
             service: service_key.clone(),
             instance,
@@ -252,8 +263,8 @@ impl Registry {
         };
         let doomed: Vec<(ServiceKey, InstanceKey)> = services
             .iter()
-            .filter(|(service, _)| only.is_none_or(|only| only == *service))
-            .flat_map(|(service, keys)| keys.iter().map(move |k| (service.clone(), k.clone())))
+            .filter(|service| only.is_none_or(|only| only == *service))
+            .flat_map(|service| self.held(owner, service).map(move |k| (service.clone(), k)))
             .collect();
         for (service, key) in doomed {
             self.remove_instance(tx, &service, &key, cause);
@@ -509,12 +520,19 @@ impl Registry {
     /// there.
     pub fn published_by<'a>(
         &'a self,
-        owner: &Owner,
-    ) -> impl Iterator<Item = (&'a ServiceKey, &'a InstanceKey)> + 'a {
-        self.owners.get(owner).into_iter().flat_map(|services| {
-            services
-                .iter()
-                .flat_map(|(service, held)| held.iter().map(move |key| (service, key)))
-        })
+        owner: &'a Owner,
+    ) -> impl Iterator<Item = (&'a ServiceKey, &'a Instance)> + 'a {
+        self.owners
+            .get(owner)
+            .into_iter()
+            .flatten()
+            .filter_map(|key| Some((key, self.service_ref(key)?)))
+            .flat_map(move |(key, service)| {
+                service
+                    .instances
+                    .values()
+                    .filter(move |i| i.owner == *owner)
+                    .map(move |i| (key, &**i))
+            })
     }
 }

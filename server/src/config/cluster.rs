@@ -46,8 +46,12 @@ impl ClusterConfig {
             advertise: std::net::SocketAddr::new(bind, raft_port).to_string(),
             peers: BTreeMap::new(),
             secret: None,
-            heartbeat: Duration::from_millis(100),
-            election_timeout: Duration::from_secs(1),
+            // A voter grants a vote only once its leader lease (the
+            // longest election timeout, twice the shortest) has run out,
+            // so a dead leader is replaced after two to three times this:
+            // about a second with 300 ms (`load failover` measures it).
+            heartbeat: Duration::from_millis(50),
+            election_timeout: Duration::from_millis(300),
             owner_grace: Duration::from_secs(20),
             quorum_loss_reset: Duration::from_secs(10),
             workarounds: Workarounds::default(),

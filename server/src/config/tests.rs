@@ -183,7 +183,7 @@ fn clients_are_sent_away_before_their_owner_is_lost() {
     assert_eq!(config.cluster.quorum_loss_reset, Duration::from_secs(3));
     let err = with(8_000, 8_000).unwrap_err().to_string();
     assert!(err.contains("quorum_loss_reset_ms"), "{err}");
-    let err = with(900, 500).unwrap_err().to_string();
+    let err = with(250, 200).unwrap_err().to_string();
     assert!(err.contains("owner_grace_ms"), "{err}");
 }
 
@@ -427,7 +427,7 @@ raft_port = 7001
 raft_advertise = "node3.example:7001"
 peers = ["1=10.0.0.1:7848@hz", "2=10.0.0.2:7848"]
 cluster_secret = "s3cret"
-raft_heartbeat_ms = 50
+raft_heartbeat_ms = 60
 raft_election_timeout_ms = 500
 owner_grace_ms = 9000
 quorum_loss_reset_ms = 4000

@@ -233,11 +233,30 @@ impl Disk {
 
     /// Writes `entries` (index, encoded entry) in one durable commit.
     pub fn append(&self, entries: &[(u64, Vec<u8>)]) -> Result<(), StoreError> {
-        let tx = self.db.db.begin_write()?;
+        self.append_group(entries, None)
+    }
+
+    /// Writes `entries` and, if given, the commit point in one commit:
+    /// durable (fsynced) when there are entries; with only a commit point,
+    /// not fsynced (it becomes durable with the next commit that is; raft
+    /// does not need it to be).
+    pub fn append_group(
+        &self,
+        entries: &[(u64, Vec<u8>)],
+        committed: Option<Option<LogId<NodeId>>>,
+    ) -> Result<(), StoreError> {
+        let committed = committed.map(|c| codec::encode(&c)).transpose()?;
+        let mut tx = self.db.db.begin_write()?;
+        if entries.is_empty() {
+            tx.set_durability(redb::Durability::None);
+        }
         {
             let mut log = tx.open_table(LOG)?;
             for (index, bytes) in entries {
                 log.insert(*index, bytes.as_slice())?;
+            }
+            if let Some(bytes) = &committed {
+                tx.open_table(STATE)?.insert(COMMITTED, bytes.as_slice())?;
             }
         }
         tx.commit()?;

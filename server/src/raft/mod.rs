@@ -15,6 +15,7 @@
 
 pub mod codec;
 pub mod disk;
+mod flusher;
 pub mod gate;
 pub mod network;
 pub mod relay;

@@ -23,6 +23,7 @@ use understudy_core::Change;
 
 use super::codec;
 use super::disk::{Disk, Loaded, PersistedSnapshot, StoreError};
+use super::flusher::Flusher;
 use super::snapshot::{decode_body, SnapshotBody};
 use super::{BatchApplied, Member, NodeId, TypeConfig};
 use crate::clock::Clock;
@@ -41,7 +42,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[derive(Debug, Clone, Default)]
 pub struct LogStore {
     inner: Arc<Mutex<LogInner>>,
-    disk: Option<Disk>,
+    disk: Option<Flusher>,
 }
 
 impl LogStore {
@@ -59,21 +60,20 @@ impl LogStore {
         };
         Self {
             inner: Arc::new(Mutex::new(inner)),
-            disk: Some(disk),
+            disk: Some(Flusher::start(disk)),
         }
     }
 
-    /// Runs a disk write off the async workers: each is an fsync.
+    /// Runs a disk write on the writer thread, after every write queued
+    /// before it; resolves once it is durable.
     async fn on_disk<F>(&self, write: F) -> Result<(), StoreError>
     where
         F: FnOnce(&Disk) -> Result<(), StoreError> + Send + 'static,
     {
-        let Some(disk) = self.disk.clone() else {
-            return Ok(());
-        };
-        tokio::task::spawn_blocking(move || write(&disk))
-            .await
-            .map_err(|e| StoreError::from(redb::Error::Io(std::io::Error::other(e))))?
+        match &self.disk {
+            Some(flusher) => flusher.write(Box::new(write)).await,
+            None => Ok(()),
+        }
     }
 }
 
@@ -145,9 +145,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         &mut self,
         committed: Option<LogId<NodeId>>,
     ) -> Result<(), StorageError<NodeId>> {
-        self.on_disk(move |disk| disk.save_committed(committed))
-            .await
-            .map_err(|e| write_error(e, StorageIOError::write))?;
+        if let Some(flusher) = &self.disk {
+            flusher
+                .committed(committed)
+                .map_err(|e| write_error(e, StorageIOError::write))?;
+        }
         lock(&self.inner).committed = committed;
         Ok(())
     }
@@ -165,7 +167,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        if self.disk.is_none() {
+        let Some(flusher) = &self.disk else {
             let mut inner = lock(&self.inner);
             for entry in entries {
                 inner.log.insert(entry.log_id.index, entry);
@@ -173,31 +175,27 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             // In memory, written is flushed.
             callback.log_io_completed(Ok(()));
             return Ok(());
-        }
+        };
         let entries: Vec<Entry<TypeConfig>> = entries.into_iter().collect();
-        {
-            let mut encoded = Vec::with_capacity(entries.len());
-            for entry in &entries {
-                let bytes =
-                    codec::encode(entry).map_err(|e| write_error(e, StorageIOError::write_logs))?;
-                encoded.push((entry.log_id.index, bytes));
-            }
-            // Durable before raft hears it is flushed: an acknowledged
-            // entry survives a crash.
-            if let Err(e) = self.on_disk(move |disk| disk.append(&encoded)).await {
-                let io = std::io::Error::other(e.to_string());
-                callback.log_io_completed(Err(io));
-                return Err(write_error(e, StorageIOError::write_logs));
-            }
+        let mut encoded = Vec::with_capacity(entries.len());
+        for entry in &entries {
+            let bytes =
+                codec::encode(entry).map_err(|e| write_error(e, StorageIOError::write_logs))?;
+            encoded.push((entry.log_id.index, bytes));
         }
+        // Readable at once (raft may replicate entries before they are
+        // flushed here), flushed with the next group commit: raft counts
+        // an entry as written here only when `callback` says so, so an
+        // acknowledged entry survives a crash.
         {
             let mut inner = lock(&self.inner);
             for entry in entries {
                 inner.log.insert(entry.log_id.index, entry);
             }
         }
-        callback.log_io_completed(Ok(()));
-        Ok(())
+        flusher
+            .append(encoded, callback)
+            .map_err(|e| write_error(e, StorageIOError::write_logs))
     }
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
@@ -247,10 +245,14 @@ impl Waiters {
     }
 }
 
+/// The latest snapshot, held as its body: the body's services are the
+/// registry's own (one `Arc` each), so holding it costs little, where its
+/// encoded bytes would cost the registry's size again. It is encoded when
+/// a follower needs it; in durable mode its bytes are also on disk.
 #[derive(Debug, Clone)]
 struct StoredSnapshot {
     meta: SnapshotMeta<NodeId, Member>,
-    bytes: Arc<Vec<u8>>,
+    body: Arc<SnapshotBody>,
 }
 
 /// The state machine: the node's applied state, fed by committed entries.
@@ -314,13 +316,14 @@ impl StateMachine {
     ) -> Result<Self, codec::CodecError> {
         if let Some(snapshot) = snapshot {
             let body = decode_body(&snapshot.bytes)?;
-            self.state.restore(body.registry);
-            self.learn_genesis(body.genesis);
+            drop(snapshot.bytes);
+            self.state.restore(body.registry.clone());
+            self.learn_genesis(body.genesis.clone());
             self.last_applied = snapshot.meta.last_log_id;
             self.membership = snapshot.meta.last_membership.clone();
             *lock(&self.current) = Some(StoredSnapshot {
                 meta: snapshot.meta,
-                bytes: Arc::new(snapshot.bytes),
+                body: Arc::new(body),
             });
         }
         self.disk = Some(disk);
@@ -328,19 +331,20 @@ impl StateMachine {
     }
 }
 
-/// Keeps a snapshot on disk, off the async workers (an fsync).
+/// Keeps a snapshot's `bytes` on disk, off the async workers (an fsync).
 async fn persist(
     disk: Option<&Disk>,
-    snapshot: &StoredSnapshot,
+    meta: &SnapshotMeta<NodeId, Member>,
+    bytes: Vec<u8>,
 ) -> Result<(), StorageError<NodeId>> {
     let Some(disk) = disk.cloned() else {
         return Ok(());
     };
     let persisted = PersistedSnapshot {
-        meta: snapshot.meta.clone(),
-        bytes: snapshot.bytes.as_ref().clone(),
+        meta: meta.clone(),
+        bytes,
     };
-    let signature = snapshot.meta.signature();
+    let signature = meta.signature();
     let fail = |e: StoreError| StorageError::IO {
         source: StorageIOError::write_snapshot(
             Some(signature.clone()),
@@ -446,17 +450,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let bytes = snapshot.into_inner();
         let size = bytes.len();
         let body = decode_body(&bytes).map_err(io_error)?;
-        let stored = StoredSnapshot {
-            meta: meta.clone(),
-            bytes: Arc::new(bytes),
-        };
         // On disk first: a crash after this restarts from the snapshot.
-        persist(self.disk.as_ref(), &stored).await?;
-        self.state.restore(body.registry);
-        self.learn_genesis(body.genesis);
+        persist(self.disk.as_ref(), meta, bytes).await?;
+        self.state.restore(body.registry.clone());
+        self.learn_genesis(body.genesis.clone());
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
-        *lock(&self.current) = Some(stored);
+        *lock(&self.current) = Some(StoredSnapshot {
+            meta: meta.clone(),
+            body: Arc::new(body),
+        });
         tracing::info!(
             snapshot = %meta.snapshot_id,
             up_to = ?meta.last_log_id.map(|l| l.index),
@@ -470,9 +473,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn get_current_snapshot(
         &mut self,
     ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
-        Ok(lock(&self.current).clone().map(|s| Snapshot {
-            meta: s.meta,
-            snapshot: Box::new(Cursor::new(s.bytes.as_ref().clone())),
+        let Some(current) = lock(&self.current).clone() else {
+            return Ok(None);
+        };
+        let bytes = codec::encode(current.body.as_ref()).map_err(io_error)?;
+        Ok(Some(Snapshot {
+            meta: current.meta,
+            snapshot: Box::new(Cursor::new(bytes)),
         }))
     }
 }
@@ -496,15 +503,16 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let bytes = codec::encode(&body).map_err(io_error)?;
         let meta = SnapshotMeta {
             last_log_id: body.last_applied,
-            last_membership: body.membership,
+            last_membership: body.membership.clone(),
             snapshot_id: format!("{}-{}", body.last_applied.map_or(0, |l| l.index), self.id),
         };
-        let stored = StoredSnapshot {
+        if self.disk.is_some() {
+            persist(self.disk.as_ref(), &meta, bytes.clone()).await?;
+        }
+        *lock(&self.current) = Some(StoredSnapshot {
             meta: meta.clone(),
-            bytes: Arc::new(bytes.clone()),
-        };
-        persist(self.disk.as_ref(), &stored).await?;
-        *lock(&self.current) = Some(stored);
+            body: Arc::new(body),
+        });
         Ok(Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(bytes)),

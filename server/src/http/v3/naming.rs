@@ -283,7 +283,7 @@ async fn metadata_batch(node: &Node, p: &Params, remove: bool) -> Result<BatchRe
         .map(|key| {
             let (service, key) = (service.clone(), key.clone());
             if remove {
-                let keys = metadata.keys().cloned().collect();
+                let keys = metadata.keys().map(str::to_owned).collect();
                 Op::RemoveInstanceMetadata { service, key, keys }
             } else {
                 let patch = InstancePatch {
