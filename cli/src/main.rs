@@ -16,6 +16,13 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use understudy_server::cli::{Command as NodeCommand, ServeArgs};
 use understudy_server::{run, Listeners};
 
+/// jemalloc, not the system's malloc: it gives freed memory back and
+/// fragments less under the registry's many small allocations (measured
+/// in docs/architecture.md); its settings are in `.cargo/config.toml`.
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// The command line: the server's commands and `chaos`.
 #[derive(Debug, Parser)]
 #[command(

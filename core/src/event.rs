@@ -55,15 +55,17 @@ pub enum Event {
         service: ServiceKey,
         /// Ephemeral or persistent.
         kind: ServiceKind,
-        /// Metadata if created through the service API.
-        meta: Option<ServiceMeta>,
+        /// Metadata if created through the service API (boxed, as in
+        /// [`Event::ServiceUpdated`]).
+        meta: Option<Box<ServiceMeta>>,
     },
     /// A service's metadata changed.
     ServiceUpdated {
         /// The service.
         service: ServiceKey,
-        /// The metadata as it is now.
-        meta: ServiceMeta,
+        /// The metadata as it is now, boxed: every event is as large as
+        /// its largest kind, and the change log holds many thousands.
+        meta: Box<ServiceMeta>,
     },
     /// A service was deleted or purged.
     ServiceRemoved {
@@ -86,8 +88,8 @@ pub enum Event {
     },
     /// A config item was published.
     ConfigPublished {
-        /// Its key.
-        key: ConfigKey,
+        /// Its key (boxed, as in [`Event::ConfigRemoved`]).
+        key: Box<ConfigKey>,
         /// Its md5 now.
         md5: String,
         /// Whether the content changed (listeners are told only then).
@@ -95,8 +97,9 @@ pub enum Event {
     },
     /// A config item was removed.
     ConfigRemoved {
-        /// Its key.
-        key: ConfigKey,
+        /// Its key, boxed: every event is as large as its largest kind,
+        /// and the change log holds many thousands of them.
+        key: Box<ConfigKey>,
     },
 }
 
@@ -174,6 +177,15 @@ impl ChangeLog {
         }
         if self.entries.len() == self.capacity {
             self.entries.pop_front();
+        } else if self.entries.len() == self.entries.capacity() {
+            // Grow by doubling, but never past the capacity: a full log
+            // holds no room it will not use.
+            let more = self
+                .entries
+                .len()
+                .max(16)
+                .min(self.capacity - self.entries.len());
+            self.entries.reserve_exact(more);
         }
         self.entries.push_back(change);
     }

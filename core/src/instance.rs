@@ -4,6 +4,7 @@
 //! instance lives here, so every adapter refuses the same inputs.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -31,8 +32,9 @@ pub enum Owner {
     Connection {
         /// The node holding the connection.
         node: u64,
-        /// The connection id.
-        id: String,
+        /// The connection id, shared by every instance the connection
+        /// publishes (the registry hands out the copy in its owner index).
+        id: Arc<str>,
     },
     /// A v1 HTTP client kept alive by beats (`ip:port#true` in Nacos).
     Beat {

@@ -34,6 +34,7 @@ mod error;
 mod event;
 mod import;
 mod instance;
+mod instances;
 mod kind;
 mod liveness;
 mod metadata;

@@ -90,7 +90,7 @@ pub struct Service {
     pub(crate) key: ServiceKey,
     pub(crate) kind: ServiceKind,
     pub(crate) meta: Option<ServiceMeta>,
-    pub(crate) instances: BTreeMap<InstanceKey, Arc<Instance>>,
+    pub(crate) instances: crate::instances::Instances,
     /// Operator updates (`PUT /instance`) that outlive re-registration.
     pub(crate) overlays: BTreeMap<InstanceKey, InstancePatch>,
     pub(crate) revision: u64,
@@ -109,7 +109,7 @@ impl Service {
             key,
             kind,
             meta,
-            instances: BTreeMap::new(),
+            instances: crate::instances::Instances::default(),
             overlays: BTreeMap::new(),
             revision: 0,
             empty_since: Some(now),
@@ -148,7 +148,7 @@ impl Service {
 
     /// The clusters that currently have instances.
     pub fn clusters(&self) -> Vec<&ClusterName> {
-        let mut clusters: Vec<&ClusterName> = self.instances.keys().map(|k| &k.cluster).collect();
+        let mut clusters: Vec<&ClusterName> = self.instances.values().map(|i| &i.cluster).collect();
         clusters.dedup();
         clusters
     }

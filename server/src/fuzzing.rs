@@ -226,7 +226,7 @@ pub fn native_message(input: &[u8]) {
             let state = State::new(&CONFIG);
             let owner = Owner::Connection {
                 node: CONFIG.node_id,
-                id: "native-1-0-1".to_owned(),
+                id: "native-1-0-1".into(),
             };
             let mut at = 0;
             while !body.is_empty() {

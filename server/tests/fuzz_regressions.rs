@@ -415,7 +415,7 @@ async fn raft_seeds() -> Vec<(&'static str, Vec<u8>)> {
     let service = ServiceKey::parse("", "", "svc").unwrap();
     let owner = Owner::Connection {
         node: 1,
-        id: "1700000000000_10.0.0.9_5000".to_owned(),
+        id: "1700000000000_10.0.0.9_5000".into(),
     };
     let commands = vec![
         Command::new(

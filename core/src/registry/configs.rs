@@ -60,7 +60,7 @@ impl Registry {
         let md5 = item.md5.clone();
         self.configs.insert(key.clone(), item);
         tx.events.push(Event::ConfigPublished {
-            key: key.clone(),
+            key: Box::new(key.clone()),
             md5,
             changed,
         });
@@ -70,7 +70,9 @@ impl Registry {
     pub(super) fn remove_config(&mut self, tx: &mut Tx, key: &ConfigKey, source: &ConfigSource) {
         if let Some(removed) = self.configs.remove(key) {
             self.keep_history(tx, key, HistoryOp::Delete, removed, source, "");
-            tx.events.push(Event::ConfigRemoved { key: key.clone() });
+            tx.events.push(Event::ConfigRemoved {
+                key: Box::new(key.clone()),
+            });
         }
     }
 
@@ -175,7 +177,7 @@ impl Registry {
     /// each asks again and gets what is now meant for it.
     fn gray_changed(&self, tx: &mut Tx, key: &ConfigKey) {
         tx.events.push(Event::ConfigPublished {
-            key: key.clone(),
+            key: Box::new(key.clone()),
             md5: self.config_md5(key).to_owned(),
             changed: true,
         });

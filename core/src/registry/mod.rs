@@ -373,7 +373,7 @@ impl Registry {
     pub fn owners_on(&self, node: u64) -> impl Iterator<Item = &Owner> {
         let first = Owner::Connection {
             node,
-            id: String::new(),
+            id: "".into(),
         };
         self.owners
             .range(first..)
@@ -394,7 +394,7 @@ impl Registry {
             .range(
                 Owner::Connection {
                     node: from,
-                    id: String::new(),
+                    id: "".into(),
                 }..,
             )
             .next()

@@ -34,6 +34,10 @@ impl Registry {
         // owner index, events, the change log) then share its names.
         let stored_key = self.service_ref(key).map(|s| s.key.clone());
         let key = stored_key.as_ref().unwrap_or(key);
+        // Likewise the owner as the index holds it: its instances share
+        // one copy of its id.
+        let stored_owner = self.owners.get_key_value(owner).map(|(o, _)| o.clone());
+        let owner = stored_owner.as_ref().unwrap_or(owner);
         let requested = owner.kind();
         let existing = self.service_ref(key).map(|s| s.kind);
         if let Some(kind) = existing {
@@ -114,7 +118,7 @@ impl Registry {
                     instance
                 }
             };
-            service.instances.insert(ikey.clone(), instance);
+            service.instances.insert(instance);
             service.empty_since = None;
             stored.push(ikey);
         }
@@ -172,7 +176,7 @@ impl Registry {
                 service.instances.len(),
                 built
                     .keys()
-                    .filter(|k| !service.instances.contains_key(*k))
+                    .filter(|k| !service.instances.contains_key(k))
                     .count(),
             ),
             None => (0, built.len()),
@@ -437,7 +441,7 @@ impl Registry {
         tx.events.push(Event::ServiceCreated {
             service: key.clone(),
             kind,
-            meta: Some(meta.clone()),
+            meta: Some(Box::new(meta.clone())),
         });
         Ok(())
     }
@@ -466,7 +470,7 @@ impl Registry {
         self.service_mut(key).expect("checked above").meta = Some(meta.clone());
         tx.events.push(Event::ServiceUpdated {
             service: key.clone(),
-            meta,
+            meta: Box::new(meta),
         });
         Ok(())
     }

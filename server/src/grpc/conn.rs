@@ -83,7 +83,7 @@ impl Conn {
     pub(crate) fn owner(&self, node: &Node) -> Owner {
         Owner::Connection {
             node: node.config().node_id,
-            id: self.id.clone(),
+            id: self.id.as_str().into(),
         }
     }
 

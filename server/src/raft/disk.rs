@@ -161,6 +161,8 @@ pub struct Disk {
 #[derive(Debug)]
 struct Open {
     db: Database,
+    /// Commits made durable (fsynced) so far.
+    durable_commits: std::sync::atomic::AtomicU64,
     closed: tokio::sync::watch::Sender<()>,
 }
 
@@ -214,11 +216,33 @@ impl Disk {
         let (closed, _) = tokio::sync::watch::channel(());
         Ok((
             Disk {
-                db: Arc::new(Open { db, closed }),
+                db: Arc::new(Open {
+                    db,
+                    durable_commits: std::sync::atomic::AtomicU64::new(0),
+                    closed,
+                }),
                 path: Arc::new(path),
             },
             loaded,
         ))
+    }
+
+    /// How many durable (fsynced) commits this handle's file has had.
+    pub fn durable_commits(&self) -> u64 {
+        self.db
+            .durable_commits
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Commits `tx`, counting it if it is durable.
+    fn commit(&self, tx: redb::WriteTransaction, durable: bool) -> Result<(), StoreError> {
+        tx.commit()?;
+        if durable {
+            self.db
+                .durable_commits
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     /// The file.
@@ -239,7 +263,8 @@ impl Disk {
     /// Writes `entries` and, if given, the commit point in one commit:
     /// durable (fsynced) when there are entries; with only a commit point,
     /// not fsynced (it becomes durable with the next commit that is; raft
-    /// does not need it to be).
+    /// does not need it to be). The log writer (`flusher`) only ever
+    /// passes entries.
     pub fn append_group(
         &self,
         entries: &[(u64, Vec<u8>)],
@@ -247,7 +272,8 @@ impl Disk {
     ) -> Result<(), StoreError> {
         let committed = committed.map(|c| codec::encode(&c)).transpose()?;
         let mut tx = self.db.db.begin_write()?;
-        if entries.is_empty() {
+        let durable = !entries.is_empty();
+        if !durable {
             tx.set_durability(redb::Durability::None);
         }
         {
@@ -259,8 +285,7 @@ impl Disk {
                 tx.open_table(STATE)?.insert(COMMITTED, bytes.as_slice())?;
             }
         }
-        tx.commit()?;
-        Ok(())
+        self.commit(tx, durable)
     }
 
     /// Removes the log from `index` on, in one durable commit.
@@ -270,8 +295,7 @@ impl Disk {
             let mut log = tx.open_table(LOG)?;
             log.retain_in(index.., |_, _| false)?;
         }
-        tx.commit()?;
-        Ok(())
+        self.commit(tx, true)
     }
 
     /// Removes the log up to and including `log_id` and records it as
@@ -285,8 +309,7 @@ impl Disk {
             let mut state = tx.open_table(STATE)?;
             state.insert(LAST_PURGED, bytes.as_slice())?;
         }
-        tx.commit()?;
-        Ok(())
+        self.commit(tx, true)
     }
 
     /// Saves the vote, durably.
@@ -310,8 +333,7 @@ impl Disk {
             let mut state = tx.open_table(STATE)?;
             state.insert(key, bytes)?;
         }
-        tx.commit()?;
-        Ok(())
+        self.commit(tx, true)
     }
 }
 

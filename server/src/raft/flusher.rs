@@ -3,26 +3,28 @@
 //! into the next commit together, so one fsync covers every entry waiting,
 //! however many callers wait on them. Raft hears an append is flushed only
 //! once its commit is durable. The commit point rides along with the next
-//! commit (raft does not need it to be durable). Every other write (vote,
+//! commit of entries (raft does not need it to be durable). Every other write (vote,
 //! truncation, purge) keeps its place in the same queue and is durable
 //! before its caller goes on.
 
 use std::sync::mpsc;
 
-use openraft::storage::LogFlushed;
 use openraft::LogId;
 use tokio::sync::oneshot;
 
 use super::disk::{Disk, StoreError};
-use super::{NodeId, TypeConfig};
+use super::NodeId;
 
 /// A write the thread runs alone, in queue order.
 type Write = Box<dyn FnOnce(&Disk) -> Result<(), StoreError> + Send>;
 
+/// Told when an append is durable, or why it is not (raft's `LogFlushed`).
+pub(super) type Flushed = Box<dyn FnOnce(Result<(), std::io::Error>) + Send>;
+
 enum Job {
     Append {
         entries: Vec<(u64, Vec<u8>)>,
-        flushed: LogFlushed<TypeConfig>,
+        flushed: Flushed,
     },
     Committed(Option<LogId<NodeId>>),
     Write {
@@ -62,13 +64,13 @@ impl Flusher {
     pub(super) fn append(
         &self,
         entries: Vec<(u64, Vec<u8>)>,
-        flushed: LogFlushed<TypeConfig>,
+        flushed: Flushed,
     ) -> Result<(), StoreError> {
         self.jobs
             .send(Job::Append { entries, flushed })
             .map_err(|e| {
                 if let Job::Append { flushed, .. } = e.0 {
-                    flushed.log_io_completed(Err(std::io::Error::other(
+                    flushed(Err(std::io::Error::other(
                         "the raft store's writer has stopped",
                     )));
                 }
@@ -83,13 +85,18 @@ impl Flusher {
             .map_err(|_| gone())
     }
 
-    /// Runs `write` in queue order; resolves once it is durable.
-    pub(super) async fn write(&self, write: Write) -> Result<(), StoreError> {
+    /// Queues `write` now, behind everything queued before it; the
+    /// future resolves once it is durable.
+    pub(super) fn write(
+        &self,
+        write: Write,
+    ) -> impl std::future::Future<Output = Result<(), StoreError>> + Send {
         let (done, result) = oneshot::channel();
-        self.jobs
-            .send(Job::Write { write, done })
-            .map_err(|_| gone())?;
-        result.await.map_err(|_| gone())?
+        let queued = self.jobs.send(Job::Write { write, done });
+        async move {
+            queued.map_err(|_| gone())?;
+            result.await.map_err(|_| gone())?
+        }
     }
 }
 
@@ -97,15 +104,16 @@ impl Flusher {
 #[derive(Default)]
 struct Group {
     entries: Vec<(u64, Vec<u8>)>,
-    flushed: Vec<LogFlushed<TypeConfig>>,
+    flushed: Vec<Flushed>,
     committed: Option<Option<LogId<NodeId>>>,
 }
 
 impl Group {
-    /// Commits what was gathered (one fsync if there are entries) and
-    /// tells raft.
+    /// Commits what was gathered (one fsync) and tells raft. A commit
+    /// point alone waits for the next entries: a commit of its own would
+    /// cost nearly what one of entries does, and raft does not need it.
     fn commit(&mut self, disk: &Disk) {
-        if self.entries.is_empty() && self.committed.is_none() {
+        if self.entries.is_empty() {
             return;
         }
         let result = disk.append_group(&self.entries, self.committed.take());
@@ -115,7 +123,7 @@ impl Group {
                 Ok(()) => Ok(()),
                 Err(e) => Err(std::io::Error::other(e.to_string())),
             };
-            flushed.log_io_completed(result);
+            flushed(result);
         }
         if let Err(e) = result {
             tracing::error!(error = %e, "the raft log could not be written");
@@ -124,8 +132,9 @@ impl Group {
 }
 
 fn run(disk: &Disk, queue: &mpsc::Receiver<Job>) {
+    // Outlives each round: a commit point waits for the next entries.
+    let mut group = Group::default();
     while let Ok(first) = queue.recv() {
-        let mut group = Group::default();
         // Everything queued by now goes into this commit.
         for job in std::iter::once(first).chain(queue.try_iter()) {
             match job {
@@ -141,5 +150,65 @@ fn run(disk: &Disk, queue: &mpsc::Receiver<Job>) {
             }
         }
         group.commit(disk);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::raft::codec;
+    use crate::raft::TypeConfig;
+    use openraft::{CommittedLeaderId, Entry, EntryPayload};
+    use std::sync::{Arc, Mutex};
+
+    fn entry(index: u64) -> (u64, Vec<u8>) {
+        let entry: Entry<TypeConfig> = Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            payload: EntryPayload::Blank,
+        };
+        (index, codec::encode(&entry).unwrap())
+    }
+
+    #[tokio::test]
+    async fn appends_queued_during_a_commit_share_the_next_one_and_all_survive() {
+        let dir = tempfile::tempdir().unwrap();
+        let (disk, _) = Disk::open(dir.path(), 1).unwrap();
+        let flusher = Flusher::start(disk.clone());
+        // Keep the thread busy while fifty appends queue behind it.
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        let busy = flusher.write(Box::new(move |_| {
+            let _ = wait.recv();
+            Ok(())
+        }));
+        let done = Arc::new(Mutex::new(Vec::new()));
+        for index in 1..=50 {
+            let done = done.clone();
+            let flushed: Flushed = Box::new(move |result| {
+                done.lock().unwrap().push((index, result.is_ok()));
+            });
+            flusher.append(vec![entry(index)], flushed).unwrap();
+        }
+        let before = disk.durable_commits();
+        release.send(()).unwrap();
+        busy.await.unwrap();
+        // The vote is written after every append queued before it.
+        flusher
+            .write(Box::new(|disk| disk.save_vote(&openraft::Vote::new(1, 1))))
+            .await
+            .unwrap();
+        let done = done.lock().unwrap().clone();
+        assert_eq!(done, (1..=50).map(|i| (i, true)).collect::<Vec<_>>());
+        assert_eq!(
+            disk.durable_commits() - before,
+            2,
+            "one commit for the fifty appends, one for the vote"
+        );
+        drop(flusher);
+        let closed = disk.watch_close();
+        drop(disk);
+        closed.wait().await;
+        let (_, loaded) = Disk::open(dir.path(), 1).unwrap();
+        let indexes: Vec<u64> = loaded.log.iter().map(|e| e.log_id.index).collect();
+        assert_eq!(indexes, (1..=50).collect::<Vec<_>>());
     }
 }

@@ -193,8 +193,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 inner.log.insert(entry.log_id.index, entry);
             }
         }
+        let flushed = Box::new(move |result| callback.log_io_completed(result));
         flusher
-            .append(encoded, callback)
+            .append(encoded, flushed)
             .map_err(|e| write_error(e, StorageIOError::write_logs))
     }
 

@@ -185,7 +185,7 @@ impl NativeApi {
         let _held = node.hold(&session_id);
         let owner = understudy_core::Owner::Connection {
             node: node.config().node_id,
-            id: session_id.clone(),
+            id: session_id.as_str().into(),
         };
         let default_keepalive = u32::try_from((node.config().grpc.connection_idle / 4).as_millis())
             .unwrap_or(5_000)

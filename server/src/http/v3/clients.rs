@@ -59,7 +59,7 @@ pub(super) fn routes() -> Vec<Route> {
 /// Nacos' id of an owner of instances.
 fn client_id(owner: &Owner) -> String {
     match owner {
-        Owner::Connection { id, .. } => id.clone(),
+        Owner::Connection { id, .. } => id.to_string(),
         Owner::Beat { ip, port } => format!("{ip}:{port}#true"),
         Owner::Persistent { ip, port } => format!("{ip}:{port}#false"),
     }
@@ -86,7 +86,7 @@ fn owner_of(node: &Node, id: &str) -> Option<Owner> {
     }
     Some(Owner::Connection {
         node: node.config().node_id,
-        id: id.to_owned(),
+        id: id.into(),
     })
 }
 
