@@ -23,6 +23,9 @@ use super::{Member, NodeId, TypeConfig};
 /// lost-node marks).
 pub const FORMAT: u64 = 3;
 
+/// Most bytes of the file redb keeps cached in memory.
+const CACHE_BYTES: usize = 8 << 20;
+
 /// The file's name under the data dir.
 pub const FILE_NAME: &str = "understudy.redb";
 
@@ -181,7 +184,13 @@ impl Disk {
         };
         // redb initialises only an empty file; anything else must carry
         // its magic number, so a stranger's file is refused, not reused.
-        let db = Database::create(&path).map_err(|e| store(e.into()))?;
+        // redb caches up to 1 GiB of pages by default, and keeps what it
+        // wrote: the log is read back only at start, so a small cache
+        // keeps a durable node's memory near an in-memory one's.
+        let db = Database::builder()
+            .set_cache_size(CACHE_BYTES)
+            .create(&path)
+            .map_err(|e| store(e.into()))?;
         let meta = read_meta(&db).map_err(|e| store(*e.0))?;
         match meta {
             Meta::Fresh => {
