@@ -153,9 +153,10 @@ async fn acknowledged_registrations_survive_the_leader_process_being_killed() {
     assert_eq!(lost, 0, "acknowledged registrations lost");
 }
 
-/// The comparison's failover and durable modes, briefly, on this build's
-/// binary: one leader kill finds no acknowledged write lost and measures
-/// a window; a durable node registers, and reports its bytes on disk.
+/// The comparison's failover and durable modes and the cost curves,
+/// briefly, on this build's binary: one leader kill finds no acknowledged
+/// write lost and measures a window; a durable node registers, and
+/// reports its bytes on disk; every curve gets its points.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_failover_and_durable_measurements_run_on_real_processes() -> anyhow::Result<()> {
     use understudy_benches::load::{self, compare, failover};
@@ -171,5 +172,22 @@ async fn the_failover_and_durable_measurements_run_on_real_processes() -> anyhow
     assert_eq!(memory.ops, 200, "{memory}");
     let on_disk = node.disk_bytes();
     assert!(on_disk > 0, "the data dir holds {on_disk} bytes");
+    drop(node);
+    // The cost curves, tiny: every curve gets a point per size, and the
+    // SVG draws each.
+    let plan = load::curves::Plan {
+        understudy: binary.to_owned(),
+        rnacos: None,
+        instances: vec![100, 300],
+        subscribers: vec![5, 10],
+        connections: vec![1, 2],
+        seconds: 0.2,
+    };
+    let points = load::curves::run(&plan).await?;
+    assert_eq!(points.len(), 8, "{points:?}");
+    assert!(points.iter().all(|p| p.y > 0.0), "{points:?}");
+    let svg = load::curves::svg(&points);
+    assert_eq!(svg.matches("<polyline").count(), 4, "{svg}");
+    assert_eq!(svg.matches("<circle").count(), 8, "{svg}");
     Ok(())
 }

@@ -96,6 +96,38 @@ enum Mode {
         #[arg(long = "server-arg", allow_hyphen_values = true)]
         server_args: Vec<String>,
     },
+    /// The cost curves: memory and query p99 by registry size, push p99
+    /// by subscribers, register throughput by connections, on freshly
+    /// started servers (understudy, and r-nacos when found); writes an SVG.
+    Curves {
+        /// Registry sizes, in instances (10 per service).
+        #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000")]
+        instances: Vec<usize>,
+        /// Subscriber counts.
+        #[arg(long, value_delimiter = ',', default_value = "100,1000,5000")]
+        subscribers: Vec<usize>,
+        /// Connection counts.
+        #[arg(long, value_delimiter = ',', default_value = "1,8,32,128")]
+        connections: Vec<usize>,
+        /// Seconds per throughput or latency run.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+        /// The `understudy` binary [default: `understudy` beside this one].
+        #[arg(long)]
+        understudy: Option<PathBuf>,
+        /// The r-nacos binary [default: `rnacos` on the PATH; none: skipped].
+        #[arg(long)]
+        rnacos: Option<PathBuf>,
+        /// Where the SVG goes.
+        #[arg(long, default_value = "docs/cost-curves.svg")]
+        out: PathBuf,
+        /// Where the points go, one JSON line each.
+        #[arg(long, default_value = "target/curves.jsonl")]
+        json: PathBuf,
+        /// Measure nothing: draw the SVG from the points in --json.
+        #[arg(long)]
+        redraw: bool,
+    },
     /// The machine's ceiling: register, query and beat shapes against a
     /// bare tonic echo and a bare hyper server, started as a child process.
     Limit {
@@ -272,6 +304,43 @@ async fn main() -> anyhow::Result<()> {
             let binary = understudy_binary(understudy)?;
             let mut cluster = compare::start_understudy(&binary, 3, true, &server_args).await?;
             print(&load::failover::run(&mut cluster, kills).await?);
+        }
+        Mode::Curves {
+            instances,
+            subscribers,
+            connections,
+            seconds,
+            understudy,
+            rnacos,
+            out,
+            json,
+            redraw,
+        } => {
+            if redraw {
+                let points = std::fs::read_to_string(&json)?
+                    .lines()
+                    .map(serde_json::from_str)
+                    .collect::<Result<Vec<load::curves::Point>, _>>()?;
+                std::fs::write(&out, load::curves::svg(&points))?;
+                println!("drew {} from {}", out.display(), json.display());
+                return Ok(());
+            }
+            let plan = load::curves::Plan {
+                understudy: understudy_binary(understudy)?,
+                rnacos: rnacos.or_else(compare::find_rnacos),
+                instances,
+                subscribers,
+                connections,
+                seconds,
+            };
+            let points = load::curves::run(&plan).await?;
+            let lines: Vec<String> = points
+                .iter()
+                .map(serde_json::to_string)
+                .collect::<Result<_, _>>()?;
+            std::fs::write(&json, lines.join("\n") + "\n")?;
+            std::fs::write(&out, load::curves::svg(&points))?;
+            println!("wrote {} and {}", out.display(), json.display());
         }
         Mode::Limit { load } => {
             for run in compare::ceiling_only(load.clients, load.duration()).await? {

@@ -9,10 +9,12 @@
 
 pub mod ceiling;
 pub mod compare;
+pub mod curves;
 pub mod failover;
 pub mod http;
 pub mod nacos;
 pub mod procfs;
+pub mod summary;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -106,6 +108,9 @@ pub struct Run {
     /// From spawning the server to its first acknowledged registration, ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub startup_ms: Option<f64>,
+    /// The server's resident memory at the end of the run, bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rss_bytes: Option<u64>,
     /// Bytes in the server's data directory after the run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disk_bytes: Option<u64>,
@@ -508,6 +513,18 @@ async fn settled_rss(target: &Target) -> anyhow::Result<u64> {
 /// metadata; RSS added over the RSS with the connections open, read after
 /// the server's log is compacted (when it says how).
 pub async fn memory(target: &Target, services: usize, per_service: usize) -> anyhow::Result<Run> {
+    let (run, owners) = memory_kept(target, services, per_service).await?;
+    drop(owners);
+    Ok(run)
+}
+
+/// [`memory`], handing back the owner connections, so the instances stay
+/// registered for whatever is measured next.
+pub async fn memory_kept(
+    target: &Target,
+    services: usize,
+    per_service: usize,
+) -> anyhow::Result<(Run, Vec<Arc<Conn>>)> {
     anyhow::ensure!(!target.watched.is_empty(), "memory needs the server's pid");
     let mut owners = Vec::with_capacity(per_service);
     for p in 0..per_service {
@@ -571,8 +588,8 @@ pub async fn memory(target: &Target, services: usize, per_service: usize) -> any
     )
     .timed(instances as u64, elapsed, cpu);
     run.rss_bytes_per_instance = Some(after.saturating_sub(before) as f64 / instances as f64);
-    drop(owners);
-    Ok(run)
+    run.rss_bytes = Some(after);
+    Ok((run, owners))
 }
 
 /// Memory per idle connection: RSS added by `connections` set-up gRPC

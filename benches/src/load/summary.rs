@@ -1,0 +1,313 @@
+//! The comparison's summary: every target of the performance issue as a
+//! row (a measured figure, what it is compared with, the ratio, the
+//! target and the verdict), then the median of every (server, mode) over
+//! the rounds. `docs/performance.md`'s tables are this output.
+
+use std::collections::BTreeMap;
+
+use super::compare::Plan;
+use super::Run;
+
+/// The median of the runs' values.
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    Some(if values.len() % 2 == 1 {
+        values[mid]
+    } else {
+        (values[mid - 1] + values[mid]) / 2.0
+    })
+}
+
+/// Median figures per (target, mode).
+struct Figures(BTreeMap<(String, String), Vec<Run>>);
+
+impl Figures {
+    fn of(runs: &[Run]) -> Self {
+        let mut by = BTreeMap::<(String, String), Vec<Run>>::new();
+        for run in runs {
+            by.entry((run.target.clone(), run.mode.clone()))
+                .or_default()
+                .push(run.clone());
+        }
+        Self(by)
+    }
+
+    fn get(&self, target: &str, mode: &str, field: impl Fn(&Run) -> Option<f64>) -> Option<f64> {
+        let runs = self.0.get(&(target.to_owned(), mode.to_owned()))?;
+        median(runs.iter().filter_map(field).collect())
+    }
+
+    fn rate(&self, target: &str, mode: &str) -> Option<f64> {
+        self.get(target, mode, |r| Some(r.ops_per_sec))
+    }
+
+    fn per_cpu(&self, target: &str, mode: &str) -> Option<f64> {
+        self.get(target, mode, |r| r.ops_per_cpu_second)
+    }
+}
+
+fn num(v: Option<f64>, unit: &str) -> String {
+    match v {
+        None => "—".to_owned(),
+        Some(v) if v >= 10_000.0 => format!("{:.1}k{unit}", v / 1000.0),
+        Some(v) if v >= 100.0 => format!("{v:.0}{unit}"),
+        Some(v) => format!("{v:.2}{unit}"),
+    }
+}
+
+/// One target of the issue: a measured figure, what it is compared with,
+/// and whether it holds.
+struct Row {
+    what: String,
+    ours: String,
+    other: String,
+    ratio: String,
+    wanted: String,
+    met: &'static str,
+}
+
+fn verdict(holds: Option<bool>) -> &'static str {
+    match holds {
+        Some(true) => "met",
+        Some(false) => "MISSED",
+        None => "not measured",
+    }
+}
+
+fn ratio_row(what: &str, ours: Option<f64>, other: Option<f64>, wanted: f64) -> Row {
+    let ratio = ours
+        .zip(other)
+        .filter(|(_, o)| *o > 0.0)
+        .map(|(u, o)| u / o);
+    Row {
+        what: what.to_owned(),
+        ours: num(ours, ""),
+        other: num(other, ""),
+        ratio: ratio.map_or("—".into(), |r| format!("{r:.2}×")),
+        wanted: format!("≥ {wanted}×"),
+        met: verdict(ratio.map(|r| r >= wanted)),
+    }
+}
+
+fn bound_row(what: &str, ours: Option<f64>, other: Option<f64>, unit: &str, most: f64) -> Row {
+    Row {
+        what: what.to_owned(),
+        ours: num(ours, unit),
+        other: num(other, unit),
+        ratio: "".to_owned(),
+        wanted: format!("≤ {}", num(Some(most), unit)),
+        met: verdict(ours.map(|v| v <= most)),
+    }
+}
+
+/// The summary: every target of the comparison with its verdict, then the
+/// medians of every (server, mode).
+pub fn summary(runs: &[Run], plan: &Plan) -> String {
+    let f = Figures::of(runs);
+    let (u, r, c) = ("understudy", "r-nacos", "ceiling");
+    // Each throughput mode against its ceiling (ops/s) and against r-nacos
+    // (ops per server CPU-second).
+    let mut rows = Vec::new();
+    for (mode, name, ceiling, vs_ceiling, vs_rnacos) in [
+        ("query", "gRPC query", "tonic echo", 0.85, 2.0),
+        ("register", "gRPC register", "tonic echo", 0.8, 1.5),
+        ("beat", "HTTP beat", "hyper", 0.6, 2.0),
+    ] {
+        rows.push(ratio_row(
+            &format!("{name} ÷ {ceiling} (ops/s)"),
+            f.rate(u, mode),
+            f.rate(c, mode),
+            vs_ceiling,
+        ));
+        rows.push(ratio_row(
+            &format!("{name} ÷ r-nacos (ops per server CPU-s)"),
+            f.per_cpu(u, mode),
+            f.per_cpu(r, mode),
+            vs_rnacos,
+        ));
+    }
+    let missed = |t: &str, mode: &str| {
+        f.0.get(&(t.to_owned(), mode.to_owned()))
+            .map(|runs| runs.iter().filter_map(|r| r.missed).sum::<u64>())
+    };
+    let p99 = |t: &str| f.get(t, "push", |r| r.p99_ms);
+    let mut push = bound_row(
+        &format!(
+            "push p99, write ack → delivery, {} subscribers (ms)",
+            plan.subscribers
+        ),
+        p99(u),
+        p99(r),
+        "",
+        20.0,
+    );
+    if let Some(m) = missed(u, "push") {
+        push.ours = format!("{}, {m} missed", push.ours);
+        if m > 0 {
+            push.met = "MISSED";
+        }
+    }
+    if let Some(m) = missed(r, "push") {
+        push.other = format!("{}, {m} missed", push.other);
+    }
+    push.wanted = "≤ 20, 0 missed".into();
+    rows.push(push);
+    let per_instance = |t: &str| f.get(t, "memory", |r| r.rss_bytes_per_instance);
+    rows.push(bound_row(
+        &format!(
+            "RSS per instance, {}×{} (bytes)",
+            plan.memory_services, plan.memory_per_service
+        ),
+        per_instance(u),
+        per_instance(r),
+        "",
+        600.0,
+    ));
+    let per_conn = |t: &str| {
+        f.get(t, "idle", |r| {
+            r.rss_bytes_per_connection.map(|b| b / 1024.0)
+        })
+    };
+    let mut idle = bound_row(
+        "RSS per idle gRPC connection (kB)",
+        per_conn(u),
+        per_conn(r),
+        "",
+        32.0,
+    );
+    idle.other = format!("{}; tonic echo {}", idle.other, num(per_conn(c), ""));
+    rows.push(idle);
+    let d = "understudy-disk";
+    rows.push(ratio_row(
+        "durable register ÷ in-memory register (ops/s)",
+        f.rate(d, "register"),
+        f.rate(u, "register"),
+        0.6,
+    ));
+    let mut rss = ratio_row(
+        "durable RSS per instance ÷ in-memory (bytes)",
+        per_instance(d),
+        per_instance(u),
+        0.0,
+    );
+    let ratio = per_instance(d)
+        .zip(per_instance(u))
+        .filter(|(_, m)| *m > 0.0)
+        .map(|(d, m)| d / m);
+    rss.wanted = "≤ 1.3×".into();
+    rss.met = verdict(ratio.map(|r| r <= 1.3));
+    rows.push(rss);
+    let instances = (plan.memory_services * plan.memory_per_service).max(1) as f64;
+    let on_disk = |mode: &str| f.get(d, mode, |r| r.disk_bytes.map(|b| b as f64));
+    rows.push(Row {
+        what: "durable: bytes on disk per instance; after register churn (MB)".into(),
+        ours: format!(
+            "{}; {}",
+            num(on_disk("memory").map(|b| b / instances), ""),
+            num(on_disk("register").map(|b| b / 1e6), "")
+        ),
+        other: String::new(),
+        ratio: String::new(),
+        wanted: "bounded".into(),
+        met: "reported",
+    });
+    let window = |field: fn(&Run) -> Option<f64>| f.get("understudy-disk×3", "failover", field);
+    let mut failover = bound_row(
+        "writes refused after SIGKILL of a 3-node leader, p50 (ms)",
+        window(|r| r.p50_ms),
+        None,
+        "",
+        1500.0,
+    );
+    let lost = missed("understudy-disk×3", "failover");
+    failover.ours = format!(
+        "{} (max {}), {} acknowledged lost",
+        failover.ours,
+        num(window(|r| r.max_ms), ""),
+        lost.map_or("—".into(), |l| l.to_string())
+    );
+    failover.wanted = "≤ 1500, 0 lost".into();
+    if lost.is_some_and(|l| l > 0) {
+        failover.met = "MISSED";
+    }
+    rows.push(failover);
+    if plan.cluster_nodes > 1 {
+        let cluster = format!("understudy×{}", plan.cluster_nodes);
+        let mut row = ratio_row(
+            &format!("{}-node register ÷ single node (ops/s)", plan.cluster_nodes),
+            f.rate(&cluster, "register"),
+            f.rate(u, "register"),
+            0.5,
+        );
+        row.other = format!("{} (single node)", row.other);
+        rows.push(row);
+    }
+    let startup = |t: &str| f.get(t, "startup", |r| r.startup_ms);
+    rows.push(bound_row(
+        "start-up to first acknowledged registration (ms)",
+        startup(u),
+        startup(r),
+        "",
+        100.0,
+    ));
+
+    let mut text = String::new();
+    text.push_str("| target | understudy | compared with (r-nacos, or as named) | ratio | wanted | verdict |\n");
+    text.push_str("|---|---|---|---|---|---|\n");
+    for row in rows {
+        text.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} |\n",
+            row.what, row.ours, row.other, row.ratio, row.wanted, row.met
+        ));
+    }
+    text.push_str("\nMedians over the rounds:\n\n");
+    text.push_str(
+        "| server | mode | shape | ops/s | ops per server CPU-s | p50 ms | p99 ms | other |\n",
+    );
+    text.push_str("|---|---|---|---|---|---|---|---|\n");
+    for ((target, mode), list) in &f.0 {
+        let med =
+            |field: &dyn Fn(&Run) -> Option<f64>| median(list.iter().filter_map(field).collect());
+        let disk = med(&|r| r.disk_bytes.map(|b| b as f64 / 1e6)).map_or(String::new(), |mb| {
+            format!(", {} MB on disk", num(Some(mb), ""))
+        });
+        let other = if mode == "memory" {
+            format!(
+                "{} B/instance{disk}",
+                num(med(&|r| r.rss_bytes_per_instance), "")
+            )
+        } else if mode == "idle" {
+            format!(
+                "{} kB/connection",
+                num(med(&|r| r.rss_bytes_per_connection.map(|b| b / 1024.0)), "")
+            )
+        } else if mode == "startup" {
+            format!("ready in {} ms", num(med(&|r| r.startup_ms), ""))
+        } else if mode == "push" || mode == "failover" {
+            format!(
+                "{} missed{disk}",
+                list.iter().filter_map(|r| r.missed).sum::<u64>()
+            )
+        } else {
+            disk.trim_start_matches(", ").to_owned()
+        };
+        let rate = if mode == "startup" {
+            None
+        } else {
+            med(&|r| Some(r.ops_per_sec))
+        };
+        text.push_str(&format!(
+            "| {target} | {mode} | {} | {} | {} | {} | {} | {other} |\n",
+            list[0].shape,
+            num(rate, ""),
+            num(med(&|r| r.ops_per_cpu_second), ""),
+            num(med(&|r| r.p50_ms), ""),
+            num(med(&|r| r.p99_ms), ""),
+        ));
+    }
+    text
+}
