@@ -494,12 +494,6 @@ impl Registry {
         registry.lost_nodes = snapshot.lost_nodes.into_iter().collect();
         for service in snapshot.services {
             for instance in service.instances.values() {
-                if let Some(services) = registry.owners.get_mut(&instance.owner) {
-                    if services.last() != Some(&service.key) {
-                        services.insert(service.key.clone());
-                    }
-                    continue;
-                }
                 registry
                     .owners
                     .entry(instance.owner.clone())

@@ -90,7 +90,7 @@ impl Registry {
         let service = self
             .service_mut(key)
             .expect("service exists or was just created");
-        let mut moved_from: Vec<(Owner, InstanceKey)> = Vec::new();
+        let mut moved_from: Vec<Owner> = Vec::new();
         let mut stored: Vec<InstanceKey> = Vec::with_capacity(built.len());
         for (ikey, mut instance) in built {
             if let Some(overlay) = service.overlays.get(&ikey) {
@@ -100,7 +100,7 @@ impl Registry {
                 Some(current) if **current == instance => continue,
                 Some(current) => {
                     if current.owner != *owner {
-                        moved_from.push((current.owner.clone(), ikey.clone()));
+                        moved_from.push(current.owner.clone());
                     }
                     let instance = Arc::new(instance);
                     tx.events.push(Event::InstanceChanged {
@@ -130,7 +130,7 @@ impl Registry {
         }
         // An instance registered again by a new owner moves in place:
         // subscribers see a change, never a removal and re-add.
-        for (old_owner, _) in moved_from {
+        for old_owner in moved_from {
             self.unindex(&old_owner, key);
         }
         // Removals come after the additions, so a replacement never shows
@@ -195,7 +195,21 @@ impl Registry {
         Ok(())
     }
 
-    /// The instances `owner` holds in service `key`.
+    /// The instances of service `key` that `owner` published, read off
+    /// the service (the owner index only says which services to look in).
+    fn owned<'a>(
+        &'a self,
+        owner: &'a Owner,
+        key: &ServiceKey,
+    ) -> impl Iterator<Item = &'a Instance> {
+        self.service_ref(key)
+            .into_iter()
+            .flat_map(|service| service.instances.values())
+            .filter(move |instance| instance.owner == *owner)
+            .map(|instance| &**instance)
+    }
+
+    /// The keys of the instances `owner` holds in service `key`.
     pub(super) fn held<'a>(
         &'a self,
         owner: &'a Owner,
@@ -206,12 +220,10 @@ impl Registry {
             .get(owner)
             .is_some_and(|services| services.contains(key));
         indexed
-            .then(|| self.service_ref(key))
-            .flatten()
+            .then(|| self.owned(owner, key))
             .into_iter()
-            .flat_map(|service| service.instances.values())
-            .filter(move |instance| instance.owner == *owner)
-            .map(|instance| instance.key())
+            .flatten()
+            .map(Instance::key)
     }
 
     /// Drops service `service` from `owner`'s index entry once the owner
@@ -530,13 +542,6 @@ impl Registry {
             .get(owner)
             .into_iter()
             .flatten()
-            .filter_map(|key| Some((key, self.service_ref(key)?)))
-            .flat_map(move |(key, service)| {
-                service
-                    .instances
-                    .values()
-                    .filter(move |i| i.owner == *owner)
-                    .map(move |i| (key, &**i))
-            })
+            .flat_map(move |key| self.owned(owner, key).map(move |i| (key, i)))
     }
 }

@@ -243,14 +243,12 @@ impl Disk {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Commits `tx`, counting it if it is durable.
-    fn commit(&self, tx: redb::WriteTransaction, durable: bool) -> Result<(), StoreError> {
+    /// Commits `tx` durably, and counts it.
+    fn commit(&self, tx: redb::WriteTransaction) -> Result<(), StoreError> {
         tx.commit()?;
-        if durable {
-            self.db
-                .durable_commits
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
+        self.db
+            .durable_commits
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 
@@ -269,22 +267,15 @@ impl Disk {
         self.append_group(entries, None)
     }
 
-    /// Writes `entries` and, if given, the commit point in one commit:
-    /// durable (fsynced) when there are entries; with only a commit point,
-    /// not fsynced (it becomes durable with the next commit that is; raft
-    /// does not need it to be). The log writer (`flusher`) only ever
-    /// passes entries.
+    /// Writes `entries` and, if given, the commit point in one durable
+    /// commit (the log writer's group commit).
     pub fn append_group(
         &self,
         entries: &[(u64, Vec<u8>)],
         committed: Option<Option<LogId<NodeId>>>,
     ) -> Result<(), StoreError> {
         let committed = committed.map(|c| codec::encode(&c)).transpose()?;
-        let mut tx = self.db.db.begin_write()?;
-        let durable = !entries.is_empty();
-        if !durable {
-            tx.set_durability(redb::Durability::None);
-        }
+        let tx = self.db.db.begin_write()?;
         {
             let mut log = tx.open_table(LOG)?;
             for (index, bytes) in entries {
@@ -294,7 +285,7 @@ impl Disk {
                 tx.open_table(STATE)?.insert(COMMITTED, bytes.as_slice())?;
             }
         }
-        self.commit(tx, durable)
+        self.commit(tx)
     }
 
     /// Removes the log from `index` on, in one durable commit.
@@ -304,7 +295,7 @@ impl Disk {
             let mut log = tx.open_table(LOG)?;
             log.retain_in(index.., |_, _| false)?;
         }
-        self.commit(tx, true)
+        self.commit(tx)
     }
 
     /// Removes the log up to and including `log_id` and records it as
@@ -318,7 +309,7 @@ impl Disk {
             let mut state = tx.open_table(STATE)?;
             state.insert(LAST_PURGED, bytes.as_slice())?;
         }
-        self.commit(tx, true)
+        self.commit(tx)
     }
 
     /// Saves the vote, durably.
@@ -342,7 +333,7 @@ impl Disk {
             let mut state = tx.open_table(STATE)?;
             state.insert(key, bytes)?;
         }
-        self.commit(tx, true)
+        self.commit(tx)
     }
 }
 
