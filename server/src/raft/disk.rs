@@ -1,11 +1,14 @@
-//! Durable raft storage (`--data-dir`): the log, the vote, the commit
-//! point and the latest snapshot in one redb file, `understudy.redb`,
-//! under the data dir. The file carries a `meta` table (format number and
-//! node id); a file of a newer format, of another node, or that cannot be
-//! read is refused by name and left exactly as it is. Every write is one
-//! durable redb commit (fsynced) before it returns. Values are the raft
-//! codec's bytes ([`codec`]). This module only reads and writes the file;
-//! the in-memory view and raft's callbacks live in [`super::store`].
+//! Durable raft storage (`--data-dir`): the vote, the last purged log id
+//! and the latest snapshot in one redb file, `understudy.redb`, and the
+//! log with its commit point in append-only segment files under `log/`
+//! ([`super::segments`]), both under the data dir. The redb file carries a
+//! `meta` table (format number and node id); a file of a newer format, of
+//! another node, or that cannot be read is refused by name and left
+//! exactly as it is; a format-3 file (the log in a redb table) has its
+//! log moved to segments on open. Every write is durable (fsynced) before
+//! it returns. Values are the raft codec's bytes ([`codec`]). This module
+//! only reads and writes the files; the in-memory view and raft's
+//! callbacks live in [`super::store`].
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -16,12 +19,16 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::codec::{self, CodecError};
+use super::segments::{SegmentError, Segments};
 use super::{Member, NodeId, TypeConfig};
 
 /// The layout this build writes and reads; bump it when a table or value
 /// changes shape, the codec's format included (2: snapshots carry the
-/// lost-node marks).
-pub const FORMAT: u64 = 3;
+/// lost-node marks; 4: the log in segment files, not a redb table).
+pub const FORMAT: u64 = 4;
+
+/// The format whose log was a redb table, moved to segments on open.
+const FORMAT_LOG_IN_TABLE: u64 = 3;
 
 /// Most bytes of the file redb keeps cached in memory.
 const CACHE_BYTES: usize = 8 << 20;
@@ -87,6 +94,19 @@ pub enum DiskError {
         /// Why.
         source: CodecError,
     },
+    /// The log's segment files cannot be read, or one is corrupt.
+    #[error("raft log cannot be used (left as it is): {0}")]
+    Log(#[from] SegmentError),
+    /// The log's entries do not run on from the last purged one.
+    #[error("raft log under {path} has entry {found} where {expected} belongs (left as it is)")]
+    Gap {
+        /// The log's directory.
+        path: PathBuf,
+        /// The index found.
+        found: u64,
+        /// The index the entries before it call for.
+        expected: u64,
+    },
     /// The file has a data table but no `meta` table.
     #[error(
         "raft store {path} has no meta table; it is not an understudy raft store (left as it is)"
@@ -120,6 +140,12 @@ store_error_from!(
     redb::StorageError,
     redb::CommitError
 );
+
+impl From<std::io::Error> for StoreError {
+    fn from(e: std::io::Error) -> Self {
+        StoreError(Box::new(redb::Error::Io(e)))
+    }
+}
 
 impl From<CodecError> for StoreError {
     fn from(e: CodecError) -> Self {
@@ -158,12 +184,14 @@ pub struct Disk {
     path: Arc<PathBuf>,
 }
 
-/// The database and, dropped after it (fields drop in order), the signal
-/// that it is closed: redb's own drop flushes and unlocks the file, which
-/// takes a moment after the last handle is gone.
+/// The database and the log and, dropped after them (fields drop in
+/// order), the signal that they are closed: redb's own drop flushes and
+/// unlocks the file, which takes a moment after the last handle is gone.
 #[derive(Debug)]
 struct Open {
     db: Database,
+    /// Written by the log writer's thread alone; the lock is uncontended.
+    log: std::sync::Mutex<Segments>,
     /// Commits made durable (fsynced) so far.
     durable_commits: std::sync::atomic::AtomicU64,
     closed: tokio::sync::watch::Sender<()>,
@@ -200,12 +228,15 @@ impl Disk {
                     meta.insert("format", FORMAT).map_err(|e| store(e.into()))?;
                     meta.insert("node_id", node_id)
                         .map_err(|e| store(e.into()))?;
-                    tx.open_table(LOG).map_err(|e| store(e.into()))?;
                     tx.open_table(STATE).map_err(|e| store(e.into()))?;
                 }
                 tx.commit().map_err(|e| store(e.into()))?;
             }
             Meta::Missing => return Err(DiskError::NoMeta { path }),
+            Meta::Found {
+                format: FORMAT_LOG_IN_TABLE,
+                node_id: found,
+            } if found == node_id => move_log_to_segments(&db, dir, &path)?,
             Meta::Found { format, .. } if format != FORMAT => {
                 return Err(DiskError::Format {
                     path,
@@ -221,12 +252,14 @@ impl Disk {
             }
             Meta::Found { .. } => {}
         }
-        let loaded = load(&db, &path)?;
+        let (segments, contents) = Segments::open(dir)?;
+        let loaded = load(&db, &path, contents, dir)?;
         let (closed, _) = tokio::sync::watch::channel(());
         Ok((
             Disk {
                 db: Arc::new(Open {
                     db,
+                    log: std::sync::Mutex::new(segments),
                     durable_commits: std::sync::atomic::AtomicU64::new(0),
                     closed,
                 }),
@@ -246,10 +279,18 @@ impl Disk {
     /// Commits `tx` durably, and counts it.
     fn commit(&self, tx: redb::WriteTransaction) -> Result<(), StoreError> {
         tx.commit()?;
+        self.count_commit();
+        Ok(())
+    }
+
+    fn count_commit(&self) {
         self.db
             .durable_commits
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(())
+    }
+
+    fn log(&self) -> std::sync::MutexGuard<'_, Segments> {
+        self.db.log.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The file.
@@ -267,59 +308,38 @@ impl Disk {
         self.append_group(entries, None)
     }
 
-    /// Writes `entries` and, if given, the commit point in one durable
-    /// commit (the log writer's group commit).
+    /// Writes `entries` and, if given, the commit point with one write
+    /// and one `fdatasync` (the log writer's group commit).
     pub fn append_group(
         &self,
         entries: &[(u64, Vec<u8>)],
         committed: Option<Option<LogId<NodeId>>>,
     ) -> Result<(), StoreError> {
         let committed = committed.map(|c| codec::encode(&c)).transpose()?;
-        let tx = self.db.db.begin_write()?;
-        {
-            let mut log = tx.open_table(LOG)?;
-            for (index, bytes) in entries {
-                log.insert(*index, bytes.as_slice())?;
-            }
-            if let Some(bytes) = &committed {
-                tx.open_table(STATE)?.insert(COMMITTED, bytes.as_slice())?;
-            }
-        }
-        self.commit(tx)
+        self.log().append(entries, committed.as_deref())?;
+        self.count_commit();
+        Ok(())
     }
 
-    /// Removes the log from `index` on, in one durable commit.
+    /// Removes the log from `index` on, durably.
     pub fn truncate(&self, index: u64) -> Result<(), StoreError> {
-        let tx = self.db.db.begin_write()?;
-        {
-            let mut log = tx.open_table(LOG)?;
-            log.retain_in(index.., |_, _| false)?;
-        }
-        self.commit(tx)
+        self.log().truncate(index)?;
+        self.count_commit();
+        Ok(())
     }
 
-    /// Removes the log up to and including `log_id` and records it as
-    /// purged, in one durable commit.
+    /// Records the log up to and including `log_id` as purged (durably),
+    /// then deletes the segments that hold nothing after it: entries
+    /// left at or below it are skipped when the log is read.
     pub fn purge(&self, log_id: LogId<NodeId>) -> Result<(), StoreError> {
-        let bytes = codec::encode(&log_id)?;
-        let tx = self.db.db.begin_write()?;
-        {
-            let mut log = tx.open_table(LOG)?;
-            log.retain_in(..=log_id.index, |_, _| false)?;
-            let mut state = tx.open_table(STATE)?;
-            state.insert(LAST_PURGED, bytes.as_slice())?;
-        }
-        self.commit(tx)
+        self.put(LAST_PURGED, &codec::encode(&log_id)?)?;
+        self.log().purge(log_id.index)?;
+        Ok(())
     }
 
     /// Saves the vote, durably.
     pub fn save_vote(&self, vote: &Vote<NodeId>) -> Result<(), StoreError> {
         self.put(VOTE, &codec::encode(vote)?)
-    }
-
-    /// Saves the commit point.
-    pub fn save_committed(&self, committed: Option<LogId<NodeId>>) -> Result<(), StoreError> {
-        self.put(COMMITTED, &codec::encode(&committed)?)
     }
 
     /// Saves the latest snapshot.
@@ -378,7 +398,73 @@ fn read_meta(db: &Database) -> Result<Meta, StoreError> {
     })
 }
 
-fn load(db: &Database, path: &Path) -> Result<Loaded, DiskError> {
+/// Moves a format-3 file's log table into segment files (with its commit
+/// point), then drops the table and marks the file format 4 in one
+/// commit; interrupted, it starts over on the next open.
+fn move_log_to_segments(db: &Database, dir: &Path, path: &Path) -> Result<(), DiskError> {
+    let store = |e: redb::Error| DiskError::Store {
+        path: path.to_owned(),
+        source: Box::new(e),
+    };
+    let log_dir = dir.join(super::segments::DIR_NAME);
+    if log_dir.exists() {
+        std::fs::remove_dir_all(&log_dir).map_err(|e| store(redb::Error::Io(e)))?;
+    }
+    let (mut segments, _) = Segments::open(dir)?;
+    let tx = db.begin_read().map_err(|e| store(e.into()))?;
+    let committed = tx
+        .open_table(STATE)
+        .map_err(|e| store(e.into()))?
+        .get(COMMITTED)
+        .map_err(|e| store(e.into()))?
+        .map(|v| v.value().to_vec());
+    let mut rows = Vec::new();
+    for row in tx
+        .open_table(LOG)
+        .map_err(|e| store(e.into()))?
+        .iter()
+        .map_err(|e| store(e.into()))?
+    {
+        let (index, bytes) = row.map_err(|e| store(e.into()))?;
+        rows.push((index.value(), bytes.value().to_vec()));
+    }
+    drop(tx);
+    // A purged prefix may have left a gap before the first row: each run
+    // of consecutive rows is one append.
+    let mut start = 0;
+    for end in 1..=rows.len() {
+        if end == rows.len() || rows[end].0 != rows[end - 1].0 + 1 {
+            let last = end == rows.len();
+            segments
+                .append(&rows[start..end], committed.as_deref().filter(|_| last))
+                .map_err(|e| store(redb::Error::Io(e)))?;
+            start = end;
+        }
+    }
+    drop(segments);
+    let tx = db.begin_write().map_err(|e| store(e.into()))?;
+    {
+        tx.delete_table(LOG).map_err(|e| store(e.into()))?;
+        tx.open_table(STATE)
+            .map_err(|e| store(e.into()))?
+            .remove(COMMITTED)
+            .map_err(|e| store(e.into()))?;
+        tx.open_table(META)
+            .map_err(|e| store(e.into()))?
+            .insert("format", FORMAT)
+            .map_err(|e| store(e.into()))?;
+    }
+    tx.commit().map_err(|e| store(e.into()))?;
+    tracing::info!(file = %path.display(), entries = rows.len(), "moved the raft log to segment files");
+    Ok(())
+}
+
+fn load(
+    db: &Database,
+    path: &Path,
+    contents: super::segments::Contents,
+    dir: &Path,
+) -> Result<Loaded, DiskError> {
     let store = |e: redb::Error| DiskError::Store {
         path: path.to_owned(),
         source: Box::new(e),
@@ -394,10 +480,6 @@ fn load(db: &Database, path: &Path) -> Result<Loaded, DiskError> {
     if let Some(v) = state.get(VOTE).map_err(|e| store(e.into()))? {
         loaded.vote = Some(codec::decode(v.value()).map_err(|e| corrupt("the vote".into(), e))?);
     }
-    if let Some(v) = state.get(COMMITTED).map_err(|e| store(e.into()))? {
-        loaded.committed =
-            codec::decode(v.value()).map_err(|e| corrupt("the commit point".into(), e))?;
-    }
     if let Some(v) = state.get(LAST_PURGED).map_err(|e| store(e.into()))? {
         loaded.last_purged = Some(
             codec::decode(v.value()).map_err(|e| corrupt("the last purged log id".into(), e))?,
@@ -407,12 +489,29 @@ fn load(db: &Database, path: &Path) -> Result<Loaded, DiskError> {
         loaded.snapshot =
             Some(codec::decode(v.value()).map_err(|e| corrupt("the snapshot".into(), e))?);
     }
-    let log = tx.open_table(LOG).map_err(|e| store(e.into()))?;
-    for row in log.iter().map_err(|e| store(e.into()))? {
-        let (index, bytes) = row.map_err(|e| store(e.into()))?;
-        let index = index.value();
+    if let Some(bytes) = &contents.committed {
+        loaded.committed =
+            codec::decode(bytes).map_err(|e| corrupt("the commit point".into(), e))?;
+    }
+    // A purge records its point before it deletes segments: what a crash
+    // left of them at or below it is skipped.
+    let purged = loaded.last_purged.map(|p| p.index);
+    let mut expected = None;
+    for (index, bytes) in &contents.entries {
+        if purged.is_some_and(|p| *index <= p) {
+            continue;
+        }
+        let expected = expected.get_or_insert(purged.map_or(*index, |p| p + 1));
+        if *index != *expected {
+            return Err(DiskError::Gap {
+                path: dir.join(super::segments::DIR_NAME),
+                found: *index,
+                expected: *expected,
+            });
+        }
+        *expected += 1;
         let entry: Entry<TypeConfig> =
-            codec::decode(bytes.value()).map_err(|e| corrupt(format!("log entry {index}"), e))?;
+            codec::decode(bytes).map_err(|e| corrupt(format!("log entry {index}"), e))?;
         loaded.log.push(entry);
     }
     Ok(loaded)
@@ -450,10 +549,11 @@ mod tests {
             disk.truncate(8).unwrap();
             disk.purge(log_id(3)).unwrap();
             disk.save_vote(&Vote::new(4, 3)).unwrap();
-            disk.save_committed(Some(log_id(6))).unwrap();
+            disk.append_group(&[entry(8)], Some(Some(log_id(6))))
+                .unwrap();
         }
         let (_disk, loaded) = Disk::open(dir.path(), 3).unwrap();
-        assert_eq!(indexes(&loaded), vec![4, 5, 6, 7]);
+        assert_eq!(indexes(&loaded), vec![4, 5, 6, 7, 8]);
         assert_eq!(loaded.vote, Some(Vote::new(4, 3)));
         assert_eq!(loaded.committed, Some(log_id(6)));
         assert_eq!(loaded.last_purged, Some(log_id(3)));
@@ -530,10 +630,74 @@ mod tests {
                 .unwrap();
         }
         let path = dir.path().join(FILE_NAME);
-        let before = std::fs::read(&path).unwrap();
+        let segment = dir
+            .path()
+            .join(super::super::segments::DIR_NAME)
+            .join(format!("{:020}.log", 1));
+        let before = (
+            std::fs::read(&path).unwrap(),
+            std::fs::read(&segment).unwrap(),
+        );
         let err = Disk::open(dir.path(), 1).unwrap_err();
         assert!(matches!(err, DiskError::Corrupt { .. }), "{err}");
         assert!(err.to_string().contains("log entry 2"), "{err}");
-        assert_eq!(std::fs::read(&path).unwrap(), before, "left byte for byte");
+        assert_eq!(
+            (
+                std::fs::read(&path).unwrap(),
+                std::fs::read(&segment).unwrap()
+            ),
+            before,
+            "left byte for byte"
+        );
+    }
+
+    #[test]
+    fn a_format_3_file_has_its_log_table_moved_to_segments() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        {
+            let db = Database::create(&path).unwrap();
+            let tx = db.begin_write().unwrap();
+            {
+                let mut meta = tx.open_table(META).unwrap();
+                meta.insert("format", FORMAT_LOG_IN_TABLE).unwrap();
+                meta.insert("node_id", 1).unwrap();
+                let mut log = tx.open_table(LOG).unwrap();
+                for (index, bytes) in (4..=7).map(entry) {
+                    log.insert(index, bytes.as_slice()).unwrap();
+                }
+                let mut state = tx.open_table(STATE).unwrap();
+                let committed = codec::encode(&Some(log_id(6))).unwrap();
+                state.insert(COMMITTED, committed.as_slice()).unwrap();
+                let purged = codec::encode(&log_id(4)).unwrap();
+                state.insert(LAST_PURGED, purged.as_slice()).unwrap();
+                let vote = codec::encode(&Vote::<NodeId>::new(2, 1)).unwrap();
+                state.insert(VOTE, vote.as_slice()).unwrap();
+            }
+            tx.commit().unwrap();
+        }
+        for _ in 0..2 {
+            let (disk, loaded) = Disk::open(dir.path(), 1).unwrap();
+            assert_eq!(indexes(&loaded), vec![5, 6, 7]);
+            assert_eq!(loaded.committed, Some(log_id(6)));
+            assert_eq!(loaded.last_purged, Some(log_id(4)));
+            assert_eq!(loaded.vote, Some(Vote::new(2, 1)));
+            drop(disk);
+        }
+        let db = Database::create(&path).unwrap();
+        let tx = db.begin_read().unwrap();
+        assert_eq!(
+            tx.open_table(META)
+                .unwrap()
+                .get("format")
+                .unwrap()
+                .unwrap()
+                .value(),
+            FORMAT
+        );
+        assert!(matches!(
+            tx.open_table(LOG),
+            Err(redb::TableError::TableDoesNotExist(_))
+        ));
     }
 }

@@ -19,6 +19,7 @@ mod flusher;
 pub mod gate;
 pub mod network;
 pub mod relay;
+pub mod segments;
 mod snapshot;
 pub mod store;
 pub mod ticks;

@@ -21,9 +21,15 @@ use crate::write::{Applied, BoxFuture, Propose, ProposeError};
 
 /// Most commands gathered into one entry (one job of more stays whole).
 const BATCH: usize = 256;
-/// Entries proposed and not yet applied at once: enough to keep the log
-/// busy while earlier entries replicate.
-const IN_FLIGHT: usize = 16;
+/// Entries proposed and not yet applied at once. openraft 0.9's core
+/// waits for each append to be flushed before it takes the next write,
+/// so an entry in flight beyond the one being written and the one
+/// queued behind it only splits the waiting commands into more entries
+/// (more fsyncs, more applies). Measured on the 2-core machine
+/// (`load register`, 32 connections): 16 in flight gave 13.8k ops/s in
+/// memory and 3.5k durable, 4 gave 15.3k and 8.0k, 2 gave 17.4k and
+/// 10.7k, 1 gave 17.3k and 11.4k.
+const IN_FLIGHT: usize = 2;
 
 /// Sends a batch to the leader when this node is not it; answers the log
 /// index it was committed at.
