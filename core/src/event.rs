@@ -76,10 +76,10 @@ pub enum Event {
     NamespaceSaved {
         /// The namespace.
         namespace: NamespaceId,
-        /// Display name.
-        name: String,
-        /// Description.
-        description: String,
+        /// Its display name and description, boxed: every event is as
+        /// large as its largest kind, and the change log holds many
+        /// thousands.
+        info: Box<crate::NamespaceInfo>,
     },
     /// An explicit namespace was deleted.
     NamespaceRemoved {
@@ -91,7 +91,7 @@ pub enum Event {
         /// Its key (boxed, as in [`Event::ConfigRemoved`]).
         key: Box<ConfigKey>,
         /// Its md5 now.
-        md5: String,
+        md5: Box<str>,
         /// Whether the content changed (listeners are told only then).
         changed: bool,
     },
@@ -208,5 +208,22 @@ impl ChangeLog {
         // Revisions in the log are consecutive, so the position is arithmetic.
         let skip = usize::try_from(after + 1 - oldest).unwrap_or(usize::MAX);
         Ok(self.entries.range(skip.min(self.entries.len())..))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_change_stays_small_for_the_change_log() {
+        // The change log holds up to 100,000 of them by default: every
+        // byte here is 100 kB of resident memory.
+        assert_eq!(std::mem::size_of::<ServiceKey>(), 8);
+        assert!(
+            std::mem::size_of::<Change>() <= 48,
+            "{} bytes",
+            std::mem::size_of::<Change>()
+        );
     }
 }

@@ -63,8 +63,8 @@ pub use liveness::{
     beat_ring, responsible, responsible_for, BeatOutcome, LiveKey, Liveness, Transition,
 };
 pub use name::{
-    ClusterName, GroupName, NamespaceId, ServiceKey, ServiceName, DEFAULT_CLUSTER, DEFAULT_GROUP,
-    DEFAULT_NAMESPACE, GROUP_SEPARATOR,
+    ClusterName, GroupName, NamespaceId, ServiceKey, ServiceKeyParts, ServiceName, DEFAULT_CLUSTER,
+    DEFAULT_GROUP, DEFAULT_NAMESPACE, GROUP_SEPARATOR,
 };
 pub use registry::{
     Counts, NamespaceInfo, NamespaceSummary, NamespaceView, Page, Registry, RegistryOptions,

@@ -495,16 +495,25 @@ fn pushed_seq(body: &[u8], writer_ip: &str) -> Option<u64> {
 
 /// Waits until the target's RSS stops growing (two readings 500 ms apart
 /// within 1%), at most 15 s; returns the last reading.
+/// RSS once it has settled: three readings half a second apart within
+/// 0.5% of each other (or after 20 s). An allocator gives freed pages back
+/// gradually (jemalloc over its decay time), and a server may still be
+/// finishing work the last request started (a snapshot): one pair of
+/// close readings caught RSS mid-descent, 25% above where it settled.
 async fn settled_rss(target: &Target) -> anyhow::Result<u64> {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let mut last = target.watched.rss()?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut readings = vec![target.watched.rss()?];
     loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let now = target.watched.rss()?;
-        if now.abs_diff(last) * 100 <= last || Instant::now() >= deadline {
-            return Ok(now);
+        readings.push(target.watched.rss()?);
+        let last = &readings[readings.len().saturating_sub(3)..];
+        let (low, high) = (
+            *last.iter().min().expect("readings"),
+            *last.iter().max().expect("readings"),
+        );
+        if (last.len() == 3 && (high - low) * 200 <= high) || Instant::now() >= deadline {
+            return Ok(*readings.last().expect("readings"));
         }
-        last = now;
     }
 }
 

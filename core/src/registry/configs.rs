@@ -57,7 +57,7 @@ impl Registry {
                 item
             }
         };
-        let md5 = item.md5.clone();
+        let md5 = item.md5.as_str().into();
         self.configs.insert(key.clone(), item);
         tx.events.push(Event::ConfigPublished {
             key: Box::new(key.clone()),
@@ -178,7 +178,7 @@ impl Registry {
     fn gray_changed(&self, tx: &mut Tx, key: &ConfigKey) {
         tx.events.push(Event::ConfigPublished {
             key: Box::new(key.clone()),
-            md5: self.config_md5(key).to_owned(),
+            md5: self.config_md5(key).into(),
             changed: true,
         });
     }

@@ -47,11 +47,10 @@ impl Registry {
         if namespace.info.as_ref() == Some(&info) {
             return Ok(());
         }
-        namespace.info = Some(info);
+        namespace.info = Some(info.clone());
         tx.events.push(Event::NamespaceSaved {
             namespace: id.clone(),
-            name: name.to_owned(),
-            description: description.to_owned(),
+            info: Box::new(info),
         });
         Ok(())
     }

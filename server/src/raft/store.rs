@@ -501,14 +501,19 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
                 "a snapshot builder builds once",
             )));
         };
-        let bytes = codec::encode(&body).map_err(io_error)?;
         let meta = SnapshotMeta {
             last_log_id: body.last_applied,
             last_membership: body.membership.clone(),
             snapshot_id: format!("{}-{}", body.last_applied.map_or(0, |l| l.index), self.id),
         };
+        // openraft reads only the meta of a snapshot it had built: the
+        // bytes are made when they are kept on disk, else when a follower
+        // asks (`get_current_snapshot`). Encoding them here regardless
+        // cost a transient buffer of the registry's encoded size (90 MB at
+        // 100k instances) on every snapshot.
         if self.disk.is_some() {
-            persist(self.disk.as_ref(), &meta, bytes.clone()).await?;
+            let bytes = codec::encode(&body).map_err(io_error)?;
+            persist(self.disk.as_ref(), &meta, bytes).await?;
         }
         *lock(&self.current) = Some(StoredSnapshot {
             meta: meta.clone(),
@@ -516,7 +521,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         });
         Ok(Snapshot {
             meta,
-            snapshot: Box::new(Cursor::new(bytes)),
+            snapshot: Box::new(Cursor::new(Vec::new())),
         })
     }
 }
