@@ -44,7 +44,7 @@ fn ip(n: u32) -> String {
 /// The beat owner of instance `n` of service `s`.
 pub fn owner(n: u32, s: u32) -> Owner {
     Owner::Beat {
-        ip: ip(s * 1000 + n),
+        ip: ip(s * 1000 + n).into(),
         port: 8080,
     }
 }

@@ -216,10 +216,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_change_stays_small_for_the_change_log() {
+    fn changes_and_instances_stay_small() {
         // The change log holds up to 100,000 of them by default: every
         // byte here is 100 kB of resident memory.
         assert_eq!(std::mem::size_of::<ServiceKey>(), 8);
+        // An instance and its reference counts fit one 160-byte block.
+        assert!(
+            std::mem::size_of::<Instance>() <= 144,
+            "{} bytes",
+            std::mem::size_of::<Instance>()
+        );
         assert!(
             std::mem::size_of::<Change>() <= 48,
             "{} bytes",

@@ -300,7 +300,7 @@ impl Planner {
                 Op::Register {
                     service: service.clone(),
                     owner: Owner::Persistent {
-                        ip: spec.ip.clone(),
+                        ip: spec.ip.as_str().into(),
                         port: spec.port,
                     },
                     instances: vec![spec.clone()],
@@ -325,7 +325,10 @@ impl Planner {
                 .push(spec.clone());
         }
         for ((ip, port), mut instances) in by_owner {
-            let owner = Owner::Persistent { ip, port };
+            let owner = Owner::Persistent {
+                ip: ip.into(),
+                port,
+            };
             let listed: BTreeSet<InstanceKey> = instances.iter().map(InstanceSpec::key).collect();
             if let Some(here) = self.scratch.service(&service.key) {
                 instances.extend(
@@ -376,8 +379,8 @@ impl Planner {
 /// The spec that registers `instance` again as it is.
 fn spec_of(instance: &Instance) -> InstanceSpec {
     InstanceSpec {
-        instance_id: Some(instance.instance_id.clone()),
-        ip: instance.ip.clone(),
+        instance_id: Some(instance.instance_id.to_string()),
+        ip: instance.ip.to_string(),
         port: instance.port,
         weight: instance.weight,
         healthy: instance.healthy,

@@ -26,7 +26,7 @@ fn order(instance: &Instance, key: &InstanceKey) -> Ordering {
 }
 
 fn sort_key(instance: &Instance) -> (&str, u16, &crate::ClusterName) {
-    (instance.ip.as_str(), instance.port, &instance.cluster)
+    (&*instance.ip, instance.port, &instance.cluster)
 }
 
 impl Instances {

@@ -157,10 +157,7 @@ impl Service {
     pub fn zones(&self) -> BTreeMap<&str, Vec<&Instance>> {
         let mut zones: BTreeMap<&str, Vec<&Instance>> = BTreeMap::new();
         for instance in self.instances().filter(|i| i.enabled) {
-            zones
-                .entry(instance.zone.as_str())
-                .or_default()
-                .push(instance);
+            zones.entry(&*instance.zone).or_default().push(instance);
         }
         zones
     }

@@ -42,7 +42,7 @@ impl Node {
 
     fn register(&mut self, service: &ServiceKey, spec: InstanceSpec) {
         let owner = Owner::Beat {
-            ip: spec.ip.clone(),
+            ip: spec.ip.as_str().into(),
             port: spec.port,
         };
         self.apply(Op::Register {
@@ -257,7 +257,7 @@ fn another_nodes_instances_are_parked_and_taken_over_with_a_fresh_grace_period()
     let t0 = node.now;
     node.register(&svc, mine);
     node.register(&svc, theirs);
-    let is_mine = |owner: &Owner| matches!(owner, Owner::Beat { ip, .. } if ip == "10.0.0.1");
+    let is_mine = |owner: &Owner| matches!(owner, Owner::Beat { ip, .. } if &**ip == "10.0.0.1");
 
     // Both fall silent: only this node's instance turns unhealthy here.
     let due = node.liveness.due_for(t0 + 15_000, is_mine);
@@ -303,7 +303,7 @@ fn the_beat_ring_skips_lost_voters_and_a_changed_ring_moves_only_their_owners() 
     assert_eq!(beat_ring(&[2], &lost), vec![2], "never an empty ring");
     let owners: Vec<Owner> = (0..300)
         .map(|i| Owner::Beat {
-            ip: format!("10.0.{}.{}", i / 250, i % 250),
+            ip: format!("10.0.{}.{}", i / 250, i % 250).into(),
             port: 80,
         })
         .collect();

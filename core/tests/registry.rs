@@ -8,7 +8,7 @@ fn key(ns: &str, group: &str, name: &str) -> ServiceKey {
 
 fn beat_owner(ip: &str, port: u16) -> Owner {
     Owner::Beat {
-        ip: ip.to_owned(),
+        ip: ip.into(),
         port,
     }
 }
@@ -83,8 +83,8 @@ fn groups_isolate_services_of_the_same_name() {
     );
     let a = reg.service(&key("", "a", "svc")).unwrap();
     let b = reg.service(&key("", "b", "svc")).unwrap();
-    assert_eq!(a.instances().next().unwrap().ip, "10.0.0.1");
-    assert_eq!(b.instances().next().unwrap().ip, "10.0.0.2");
+    assert_eq!(a.instances().next().unwrap().ip.as_ref(), "10.0.0.1");
+    assert_eq!(b.instances().next().unwrap().ip.as_ref(), "10.0.0.2");
     let ns = NamespaceId::public();
     let group_a = GroupName::parse("a").unwrap();
     let page = reg.list_services(&ns, Some(&group_a), 1, 10);
@@ -146,7 +146,10 @@ fn protect_threshold_serves_unhealthy_instances_as_healthy() {
             0,
             Op::Register {
                 service: svc.clone(),
-                owner: Owner::Persistent { ip, port: 80 },
+                owner: Owner::Persistent {
+                    ip: ip.into(),
+                    port: 80,
+                },
                 instances: vec![spec],
             },
         ))
@@ -599,7 +602,7 @@ fn operator_updates_overlay_later_registrations() {
         .cloned()
         .unwrap();
     assert_eq!(
-        (instance.weight, instance.enabled, instance.zone.as_str()),
+        (instance.weight, instance.enabled, &*instance.zone),
         (3.0, false, "hz")
     );
     // Re-registration keeps the operator's overlay.

@@ -174,8 +174,8 @@ fn yes() -> bool {
 impl From<&Instance> for InstanceEntry {
     fn from(instance: &Instance) -> Self {
         Self {
-            instance_id: Some(instance.instance_id.clone()),
-            ip: instance.ip.clone(),
+            instance_id: Some(instance.instance_id.to_string()),
+            ip: instance.ip.to_string(),
             port: i64::from(instance.port),
             cluster: instance.cluster.to_string(),
             weight: instance.weight,

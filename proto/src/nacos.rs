@@ -38,8 +38,8 @@ impl InstanceJson {
     /// Renders a stored instance of `service`.
     pub fn new(service: &ServiceKey, instance: &Instance) -> Self {
         Self {
-            instance_id: instance.instance_id.clone(),
-            ip: instance.ip.clone(),
+            instance_id: instance.instance_id.to_string(),
+            ip: instance.ip.to_string(),
             port: instance.port,
             weight: instance.weight,
             healthy: instance.healthy,
@@ -277,12 +277,12 @@ impl InstanceDetailV1 {
     pub fn new(service: &ServiceKey, instance: &Instance) -> Self {
         Self {
             service: service.grouped_name(),
-            ip: instance.ip.clone(),
+            ip: instance.ip.to_string(),
             port: instance.port,
             cluster_name: instance.cluster.to_string(),
             weight: instance.weight,
             healthy: instance.healthy,
-            instance_id: instance.instance_id.clone(),
+            instance_id: instance.instance_id.to_string(),
             metadata: instance.metadata.clone(),
         }
     }
@@ -797,7 +797,7 @@ mod tests {
             let op = Op::Register {
                 service: key.clone(),
                 owner: Owner::Beat {
-                    ip: spec.ip.clone(),
+                    ip: spec.ip.as_str().into(),
                     port: 8080,
                 },
                 instances: vec![spec],

@@ -17,15 +17,15 @@ impl From<&ServiceKey> for native::ServiceRef {
 impl From<&Instance> for native::Instance {
     fn from(i: &Instance) -> Self {
         Self {
-            instance_id: i.instance_id.clone(),
-            ip: i.ip.clone(),
+            instance_id: i.instance_id.to_string(),
+            ip: i.ip.to_string(),
             port: u32::from(i.port),
             weight: i.weight,
             healthy: i.healthy,
             enabled: i.enabled,
             ephemeral: i.kind.is_ephemeral(),
             cluster: i.cluster.to_string(),
-            zone: i.zone.clone(),
+            zone: i.zone.to_string(),
             metadata: i
                 .metadata
                 .iter()

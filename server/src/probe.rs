@@ -142,7 +142,7 @@ fn targets(node: &Node, default: &Check) -> Vec<(Target, Check, bool)> {
                 let target = Target {
                     service: service.key().clone(),
                     key: InstanceKey {
-                        ip: instance.ip.clone(),
+                        ip: instance.ip.to_string(),
                         port: instance.port,
                         cluster: instance.cluster.clone(),
                     },

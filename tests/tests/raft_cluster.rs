@@ -236,7 +236,7 @@ async fn v1_beats_sent_to_another_node_reach_the_responsible_one_and_silence_sti
             .propose(Op::Register {
                 service: beats.clone(),
                 owner: Owner::Beat {
-                    ip: ip.clone(),
+                    ip: ip.as_str().into(),
                     port: 80,
                 },
                 instances: vec![InstanceSpec::new(ip.as_str(), 80)],
@@ -254,7 +254,7 @@ async fn v1_beats_sent_to_another_node_reach_the_responsible_one_and_silence_sti
         .iter()
         .map(|ip| {
             let owner = Owner::Beat {
-                ip: ip.clone(),
+                ip: ip.as_str().into(),
                 port: 80,
             };
             let owner_node = responsible(&ring, &owner).expect("a ring member");

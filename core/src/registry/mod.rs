@@ -62,7 +62,7 @@ impl Default for RegistryOptions {
 impl RegistryOptions {
     /// The zone of an instance under these options.
     pub fn zone_of(&self, instance: &Instance) -> String {
-        instance.zone_under(&self.zone_key)
+        instance.zone_under(&self.zone_key).into()
     }
 }
 

@@ -250,7 +250,7 @@ async fn instance(
             Op::Register {
                 service,
                 owner: Owner::Persistent {
-                    ip: spec.ip.clone(),
+                    ip: spec.ip.as_str().into(),
                     port: spec.port,
                 },
                 instances: vec![spec],
@@ -261,7 +261,7 @@ async fn instance(
             Op::Deregister {
                 service,
                 owner: Owner::Persistent {
-                    ip: spec.ip,
+                    ip: spec.ip.into(),
                     port: spec.port,
                 },
             }

@@ -183,9 +183,15 @@ pub(crate) async fn service_list_v2(State(node): State<Node>, params: Input) -> 
 fn owner_of(spec_ip: &str, port: u16, ephemeral: bool) -> Owner {
     let ip = spec_ip.to_owned();
     if ephemeral {
-        Owner::Beat { ip, port }
+        Owner::Beat {
+            ip: ip.into(),
+            port,
+        }
     } else {
-        Owner::Persistent { ip, port }
+        Owner::Persistent {
+            ip: ip.into(),
+            port,
+        }
     }
 }
 
@@ -398,7 +404,7 @@ pub(crate) async fn renew(node: &Node, live: &LiveKey) -> Result<bool, ApiError>
         understudy_core::BeatOutcome::Alive => Ok(true),
         understudy_core::BeatOutcome::Revived => {
             let owner = Owner::Beat {
-                ip: live.instance.ip.clone(),
+                ip: live.instance.ip.as_str().into(),
                 port: live.instance.port,
             };
             node.propose(Op::SetHealth {

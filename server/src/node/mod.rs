@@ -283,7 +283,7 @@ impl Node {
             return local;
         }
         let owner = Owner::Beat {
-            ip: key.instance.ip.clone(),
+            ip: key.instance.ip.as_str().into(),
             port: key.instance.port,
         };
         let me = self.inner.parts.config.node_id;

@@ -73,9 +73,15 @@ fn owner_of(node: &Node, id: &str) -> Option<Owner> {
         let port = port.parse().ok()?;
         let ip = ip.to_owned();
         Some(if persistent {
-            Owner::Persistent { ip, port }
+            Owner::Persistent {
+                ip: ip.into(),
+                port,
+            }
         } else {
-            Owner::Beat { ip, port }
+            Owner::Beat {
+                ip: ip.into(),
+                port,
+            }
         })
     };
     if let Some(rest) = id.strip_suffix("#true") {
@@ -240,7 +246,7 @@ async fn published(State(node): State<Node>, params: Input) -> Response {
                     service_name,
                     publisher_info: Some(Publisher {
                         client_id: None,
-                        ip: instance.ip.clone(),
+                        ip: instance.ip.to_string(),
                         port: instance.port,
                         cluster_name: instance.cluster.to_string(),
                     }),
@@ -297,11 +303,11 @@ async fn service_publishers(State(node): State<Node>, params: Input) -> Response
         Ok(service
             .iter()
             .flat_map(|s| s.instances())
-            .filter(|i| ip.as_ref().is_none_or(|ip| *ip == i.ip))
+            .filter(|i| ip.as_ref().is_none_or(|ip| **ip == *i.ip))
             .filter(|i| port.is_none_or(|port| port == i.port))
             .map(|i| Publisher {
                 client_id: Some(client_id(&i.owner)),
-                ip: i.ip.clone(),
+                ip: i.ip.to_string(),
                 port: i.port,
                 cluster_name: i.cluster.to_string(),
             })
