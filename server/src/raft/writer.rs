@@ -23,13 +23,15 @@ use crate::write::{Applied, BoxFuture, Propose, ProposeError};
 const BATCH: usize = 256;
 /// Entries proposed and not yet applied at once. openraft 0.9's core
 /// waits for each append to be flushed before it takes the next write,
-/// so an entry in flight beyond the one being written and the one
-/// queued behind it only splits the waiting commands into more entries
-/// (more fsyncs, more applies). Measured on the 2-core machine
-/// (`load register`, 32 connections): 16 in flight gave 13.8k ops/s in
-/// memory and 3.5k durable, 4 gave 15.3k and 8.0k, 2 gave 17.4k and
-/// 10.7k, 1 gave 17.3k and 11.4k.
-const IN_FLIGHT: usize = 2;
+/// so a second entry in flight only splits the waiting commands into more
+/// entries (more fsyncs, more applies); with one, every write that
+/// arrives while an entry is written, replicated and applied gathers into
+/// the next (up to [`BATCH`] commands). Measured on the 2-core machine
+/// (`load register`, 32 connections; in memory and durable): 16 in flight
+/// gave 13.8k and 3.5k ops/s, 4 gave 15.3k and 8.0k, 2 gave 17.4k and
+/// 10.7k, 1 gave 17.3k and 11.4k (and 16.6–18.9k and 13.2–13.7k in a
+/// second run).
+const IN_FLIGHT: usize = 1;
 
 /// Sends a batch to the leader when this node is not it; answers the log
 /// index it was committed at.
