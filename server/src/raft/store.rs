@@ -619,10 +619,15 @@ mod tests {
             "a builder builds once"
         );
 
+        // A node in memory encodes its snapshot only when a follower asks
+        // for it: what it sends is the current snapshot.
+        let sent = source.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!(sent.meta, snapshot.meta);
+
         let (mut target, restored) = machine_on(2);
         let mut watcher = restored.watch_changes();
         target
-            .install_snapshot(&snapshot.meta, snapshot.snapshot)
+            .install_snapshot(&sent.meta, sent.snapshot)
             .await
             .unwrap();
         assert_eq!(restored.registry().snapshot(), state.registry().snapshot());
