@@ -416,12 +416,18 @@ struct Built {
 }
 
 async fn build(machine: &mut StateMachine) -> Built {
-    let snapshot = machine
+    machine
         .get_snapshot_builder()
         .await
         .build_snapshot()
         .await
         .expect("a state machine snapshots what it holds");
+    // In memory the bytes are made when a follower asks: what it is sent.
+    let snapshot = machine
+        .get_current_snapshot()
+        .await
+        .expect("the snapshot just built encodes")
+        .expect("the snapshot just built is current");
     Built {
         meta: snapshot.meta,
         bytes: snapshot.snapshot.into_inner(),

@@ -477,12 +477,14 @@ async fn raft_seeds() -> Vec<(&'static str, Vec<u8>)> {
         .apply(vec![membership.clone(), normal.clone()])
         .await
         .unwrap();
-    let snapshot = machine
+    machine
         .get_snapshot_builder()
         .await
         .build_snapshot()
         .await
         .unwrap();
+    // In memory the bytes are made when a follower asks: what it is sent.
+    let snapshot = machine.get_current_snapshot().await.unwrap().unwrap();
     let snapshot_bytes = snapshot.snapshot.into_inner();
     let vote = Vote::new_committed(1, 1);
     vec![
