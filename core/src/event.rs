@@ -23,6 +23,15 @@ pub struct Change {
     pub event: Event,
 }
 
+/// A saved namespace's display name and description.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NamespaceDetails {
+    /// Display name.
+    pub name: String,
+    /// Description.
+    pub description: String,
+}
+
 /// What happened.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Event {
@@ -79,7 +88,7 @@ pub enum Event {
         /// Its display name and description, boxed: every event is as
         /// large as its largest kind, and the change log holds many
         /// thousands.
-        info: Box<crate::NamespaceInfo>,
+        info: Box<NamespaceDetails>,
     },
     /// An explicit namespace was deleted.
     NamespaceRemoved {

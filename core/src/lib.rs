@@ -48,7 +48,7 @@ pub use config::{
     HistoryEntry, HistoryOp, HistoryRetention,
 };
 pub use error::Error;
-pub use event::{Change, Event};
+pub use event::{Change, Event, NamespaceDetails};
 pub use import::{
     plan_import, ConfigImport, ImportError, ImportItems, InstanceImport, NamespaceImport,
     ServiceImport, Step,

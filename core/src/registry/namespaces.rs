@@ -47,10 +47,13 @@ impl Registry {
         if namespace.info.as_ref() == Some(&info) {
             return Ok(());
         }
-        namespace.info = Some(info.clone());
+        namespace.info = Some(info);
         tx.events.push(Event::NamespaceSaved {
             namespace: id.clone(),
-            info: Box::new(info),
+            info: Box::new(crate::event::NamespaceDetails {
+                name: name.to_owned(),
+                description: description.to_owned(),
+            }),
         });
         Ok(())
     }
