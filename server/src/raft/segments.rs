@@ -12,7 +12,7 @@
 //! anywhere else is corruption, and the files are refused as they are.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
@@ -268,13 +268,18 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-fn record(buffer: &mut Vec<u8>, kind: u8, index: u64, payload: &[u8]) {
+/// The record's checksum: over its kind, index and payload.
+fn checksum(kind: u8, index: u64, payload: &[u8]) -> u32 {
     let mut crc = crc32fast::Hasher::new();
     crc.update(&[kind]);
     crc.update(&index.to_le_bytes());
     crc.update(payload);
+    crc.finalize()
+}
+
+fn record(buffer: &mut Vec<u8>, kind: u8, index: u64, payload: &[u8]) {
     buffer.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    buffer.extend_from_slice(&crc.finalize().to_le_bytes());
+    buffer.extend_from_slice(&checksum(kind, index, payload).to_le_bytes());
     buffer.push(kind);
     buffer.extend_from_slice(&index.to_le_bytes());
     buffer.extend_from_slice(payload);
@@ -307,11 +312,7 @@ fn next(bytes: &[u8]) -> Next {
         return Next::Bad("a record is cut short");
     }
     let payload = &bytes[HEADER..HEADER + len as usize];
-    let mut hasher = crc32fast::Hasher::new();
-    hasher.update(&[kind]);
-    hasher.update(&index.to_le_bytes());
-    hasher.update(payload);
-    if hasher.finalize() != crc {
+    if checksum(kind, index, payload) != crc {
         return Next::Bad("a record's checksum does not match");
     }
     if kind != ENTRY && kind != COMMITTED {
@@ -329,10 +330,7 @@ fn next(bytes: &[u8]) -> Next {
 /// prefix. A bad record ends a last segment (its torn tail) and refuses
 /// any other.
 fn read_segment(path: &Path, is_last: bool, read: &mut Contents) -> Result<u64, SegmentError> {
-    let mut bytes = Vec::new();
-    File::open(path)
-        .and_then(|mut f| f.read_to_end(&mut bytes))
-        .map_err(io_at(path))?;
+    let bytes = std::fs::read(path).map_err(io_at(path))?;
     let mut offset = 0usize;
     loop {
         match next(&bytes[offset..]) {
@@ -364,10 +362,7 @@ fn read_segment(path: &Path, is_last: bool, read: &mut Contents) -> Result<u64, 
 /// Where the record of entry `index` starts in the segment at `path` (its
 /// length if the segment ends before it).
 fn offset_of(path: &Path, index: u64) -> io::Result<u64> {
-    let mut file = File::open(path)?;
-    let mut bytes = Vec::new();
-    file.seek(SeekFrom::Start(0))?;
-    file.read_to_end(&mut bytes)?;
+    let bytes = std::fs::read(path)?;
     let mut offset = 0usize;
     while let Next::Record {
         kind,
