@@ -211,6 +211,20 @@ impl Liveness {
         }
     }
 
+    /// Tracks an instance of a registry restored from a snapshot, which
+    /// holds no beat times: a beat-owned one starts a fresh grace period,
+    /// as if it had beaten now. Without this, a node that catches up by
+    /// snapshot would never time out the beat instances it holds.
+    pub fn restored(&mut self, service: &ServiceKey, instance: &Instance, now: Millis) {
+        if matches!(instance.owner, Owner::Beat { .. }) {
+            let key = LiveKey {
+                service: service.clone(),
+                instance: instance.key(),
+            };
+            self.track(key, instance, now);
+        }
+    }
+
     fn track(&mut self, key: LiveKey, instance: &Instance, now: Millis) {
         let last_beat = match self.entries.get(&key) {
             Some(entry) if entry.owner == instance.owner => entry.last_beat,

@@ -85,6 +85,49 @@ fn live_key(service: &ServiceKey, spec: &InstanceSpec) -> LiveKey {
 }
 
 #[test]
+fn a_node_restored_from_a_snapshot_times_out_the_beat_instances_in_it() {
+    let mut source = Node::new();
+    let svc = ServiceKey::parse("", "", "restored").unwrap();
+    let beat = InstanceSpec::new("10.0.0.1", 80);
+    let key = live_key(&svc, &beat);
+    source.register(&svc, beat);
+    // A connection's instance is not the tracker's to time out.
+    source.apply(Op::Register {
+        service: svc.clone(),
+        owner: Owner::Connection {
+            node: 1,
+            id: "c1".into(),
+        },
+        instances: vec![InstanceSpec::new("10.0.0.2", 80)],
+    });
+
+    // A follower far behind installs the snapshot instead of the log.
+    let mut node = Node::new();
+    node.now = source.now + 5_000;
+    let snapshot = source.registry.snapshot();
+    for service in &snapshot.services {
+        for instance in service.instances() {
+            node.liveness.restored(service.key(), instance, node.now);
+        }
+    }
+    node.registry = Registry::restore(snapshot, RegistryOptions::default());
+    assert_eq!(node.liveness.len(), 1, "only the beat instance is timed");
+    let t0 = node.now;
+    assert_eq!(
+        node.liveness.next_deadline(),
+        Some(t0 + 15_000),
+        "a fresh grace period from the restore"
+    );
+    node.advance_to(t0 + 30_000);
+    assert_eq!(node.health(&key), None, "removed 30 s after the restore");
+    assert_eq!(
+        node.registry.service(&svc).map(|s| s.instances().len()),
+        Some(1),
+        "the connection's instance stays"
+    );
+}
+
+#[test]
 fn a_silent_instance_turns_unhealthy_at_15s_and_is_removed_at_30s() {
     let mut node = Node::new();
     let svc = ServiceKey::parse("", "", "silent").unwrap();

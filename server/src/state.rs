@@ -122,18 +122,25 @@ impl State {
     }
 
     /// Replaces the registry with a snapshot (a raft snapshot install).
-    /// Liveness starts afresh; every subscriber of a service in the old or
+    /// Liveness starts afresh: the snapshot's beat instances are timed
+    /// from `now`, as if each had just beaten; every subscriber of a service in the old or
     /// the new registry is told, so pushes converge on the new state.
-    pub fn restore(&self, snapshot: understudy_core::RegistrySnapshot) {
+    pub fn restore(&self, snapshot: understudy_core::RegistrySnapshot, now: Millis) {
         let mut touched: Vec<understudy_core::ServiceKey> =
             snapshot.services.iter().map(|s| s.key().clone()).collect();
+        let mut liveness = Liveness::new();
+        for service in &snapshot.services {
+            for instance in service.instances() {
+                liveness.restored(service.key(), instance, now);
+            }
+        }
         {
             let mut registry = self.registry.write().unwrap_or_else(|p| p.into_inner());
             let options = registry.options().clone();
             touched.extend(registry.snapshot().services.iter().map(|s| s.key().clone()));
             *registry = Registry::restore(snapshot, options);
         }
-        *self.liveness() = Liveness::new();
+        *self.liveness() = liveness;
         self.deadlines_moved.notify_one();
         self.hub.changed(touched.iter());
         // An empty batch tells native watchers the history they follow was

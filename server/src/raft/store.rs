@@ -318,7 +318,7 @@ impl StateMachine {
         if let Some(snapshot) = snapshot {
             let body = decode_body(&snapshot.bytes)?;
             drop(snapshot.bytes);
-            self.state.restore(body.registry.clone());
+            self.state.restore(body.registry.clone(), self.clock.now());
             self.learn_genesis(body.genesis.clone());
             self.last_applied = snapshot.meta.last_log_id;
             self.membership = snapshot.meta.last_membership.clone();
@@ -453,7 +453,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let body = decode_body(&bytes).map_err(io_error)?;
         // On disk first: a crash after this restarts from the snapshot.
         persist(self.disk.as_ref(), meta, bytes).await?;
-        self.state.restore(body.registry.clone());
+        self.state.restore(body.registry.clone(), self.clock.now());
         self.learn_genesis(body.genesis.clone());
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
