@@ -366,8 +366,14 @@ impl<K: Topic> Subscriber<K> {
             sub.dirty = true;
             sub.retry_at = now.saturating_add(retry);
         }
+        // Only a subscription with something to push (changes merged while
+        // this push was in flight, or a retry) needs the pusher: waking it
+        // for every answer would double its wake-ups for nothing.
+        let due = sub.dirty;
         drop(state);
-        self.wake.notify_one();
+        if due {
+            self.wake.notify_one();
+        }
         Some(now.saturating_sub(sent_at))
     }
 
@@ -501,6 +507,36 @@ mod tests {
         hub.changed(&change("a"));
         let next = due_retries(&sub, 7012);
         assert!(!next[0].1, "a success ends the retries");
+    }
+
+    /// Whether the subscriber's pusher has a wake-up waiting.
+    fn woken(s: &Subscriber<ServiceKey>) -> bool {
+        use futures_util::FutureExt;
+        s.wake().notified().now_or_never().is_some()
+    }
+
+    #[test]
+    fn an_answer_wakes_the_pusher_only_when_something_is_due() {
+        let hub: Hub<ServiceKey> = Hub::default();
+        let sub = Arc::new(Subscriber::new(1));
+        hub.subscribe(&sub, &key("a"), "", vec![], usize::MAX)
+            .unwrap();
+        sub.release(&key("a"), "");
+        hub.changed(&change("a"));
+        assert!(woken(&sub), "a change wakes it");
+        let first = due(&sub, 0);
+        assert!(sub.ack(&first[0].0, true, 1, 1000).is_some());
+        assert!(!woken(&sub), "nothing left to push: no wake-up");
+        hub.changed(&change("a"));
+        assert!(woken(&sub));
+        let second = due(&sub, 2);
+        hub.changed(&change("a"));
+        assert!(woken(&sub), "the change merged into the next push wakes it");
+        assert!(sub.ack(&second[0].0, true, 3, 1000).is_some());
+        assert!(woken(&sub), "the merged change is due once answered");
+        let third = due(&sub, 4);
+        assert!(sub.ack(&third[0].0, false, 5, 1000).is_some());
+        assert!(woken(&sub), "a failure is retried: its timer must be set");
     }
 
     #[test]

@@ -164,8 +164,14 @@ impl Conn {
     /// not reading its stream: its connection is closed, which removes
     /// what it registered, as a lost client's would be.
     pub(crate) async fn send_push(&self, payload: Payload, patience: Duration) -> bool {
+        // The queue has room almost always: no timer is armed for that.
+        let payload = match self.pushes.try_send(Box::new(payload)) {
+            Ok(()) => return true,
+            Err(mpsc::error::TrySendError::Closed(_)) => return false,
+            Err(mpsc::error::TrySendError::Full(payload)) => payload,
+        };
         tokio::select! {
-            sent = self.pushes.send(Box::new(payload)) => sent.is_ok(),
+            sent = self.pushes.send(payload) => sent.is_ok(),
             () = self.closed.cancelled() => false,
             () = tokio::time::sleep(patience) => {
                 metrics::counter!("understudy_connections_closed_total", "why" => "pushes_unread")

@@ -225,9 +225,12 @@ async fn read(
     conn: Arc<Conn>,
     mut inbound: tonic::Streaming<Payload>,
 ) {
+    // One waiter for the whole stream, not one registered per message.
+    let closed = conn.closed.clone().cancelled_owned();
+    tokio::pin!(closed);
     loop {
         let message = tokio::select! {
-            () = conn.closed.cancelled() => return,
+            () = &mut closed => return,
             message = inbound.next() => message,
         };
         let Some(Ok(payload)) = message else {
@@ -344,6 +347,8 @@ async fn push(node: Node, conn: Arc<Conn>) {
     );
     let subscriber = conn.subscriber.clone();
     let listener = conn.listener.clone();
+    let closed = conn.closed.clone().cancelled_owned();
+    tokio::pin!(closed);
     loop {
         if let Some(user) = conn.limited_user() {
             drop_revoked(&node, &conn, &user);
@@ -414,7 +419,7 @@ async fn push(node: Node, conn: Arc<Conn>) {
             }
         };
         tokio::select! {
-            () = conn.closed.cancelled() => return,
+            () = &mut closed => return,
             () = subscriber.wake().notified() => merge_delay(grpc.push_merge_delay).await,
             () = listener.wake().notified() => merge_delay(grpc.push_merge_delay).await,
             () = sleep => {}

@@ -195,7 +195,7 @@ pub(crate) async fn cluster_status(State(node): State<Node>) -> Response {
 
 /// `POST /understudy/v1/raft/compact`: snapshots this node's applied
 /// state and purges its raft log up to it, at once rather than at the
-/// next 5000 entries (before a memory measurement, say).
+/// next 1,000 entries (before a memory measurement, say).
 pub(crate) async fn compact(State(node): State<Node>) -> Response {
     match node.compact().await {
         Ok(index) => Json(serde_json::json!({ "compactedTo": index })).into_response(),

@@ -18,7 +18,7 @@ pub enum CompactError {
 impl Node {
     /// Compacts this node's raft log now: a snapshot of everything
     /// applied, then the log purged up to it (raft also does this by
-    /// itself every 5000 entries). Answers the index compacted to.
+    /// itself every 1,000 entries). Answers the index compacted to.
     pub async fn compact(&self) -> Result<Option<u64>, CompactError> {
         const WAIT: std::time::Duration = std::time::Duration::from_secs(30);
         let raft = self.raft();
