@@ -432,6 +432,16 @@ mod tests {
         s.due_pushes(now, |id, t| (id.to_owned(), t.ref_time))
     }
 
+    /// A hub with one subscriber to `name`, its first view answered.
+    fn released(name: &str) -> (Hub<ServiceKey>, Arc<Subscriber<ServiceKey>>) {
+        let hub: Hub<ServiceKey> = Hub::default();
+        let sub = Arc::new(Subscriber::new(1));
+        hub.subscribe(&sub, &key(name), "", vec![], usize::MAX)
+            .unwrap();
+        sub.release(&key(name), "");
+        (hub, sub)
+    }
+
     fn due_retries(s: &Subscriber<ServiceKey>, now: Millis) -> Vec<(String, bool)> {
         s.due_pushes(now, |id, t| (id.to_owned(), t.retry))
     }
@@ -456,11 +466,7 @@ mod tests {
 
     #[test]
     fn changes_during_an_unacknowledged_push_merge_into_the_next() {
-        let hub: Hub<ServiceKey> = Hub::default();
-        let sub = Arc::new(Subscriber::new(1));
-        hub.subscribe(&sub, &key("a"), "", vec![], usize::MAX)
-            .unwrap();
-        sub.release(&key("a"), "");
+        let (hub, sub) = released("a");
         hub.changed(&change("a"));
         let first = due(&sub, 100);
         assert_eq!(first.len(), 1);
@@ -479,11 +485,7 @@ mod tests {
 
     #[test]
     fn lost_and_failed_pushes_are_retried() {
-        let hub: Hub<ServiceKey> = Hub::default();
-        let sub = Arc::new(Subscriber::new(1));
-        hub.subscribe(&sub, &key("a"), "", vec![], usize::MAX)
-            .unwrap();
-        sub.release(&key("a"), "");
+        let (hub, sub) = released("a");
         hub.changed(&change("a"));
         let first = due_retries(&sub, 0);
         assert_eq!(first.len(), 1);
@@ -517,11 +519,7 @@ mod tests {
 
     #[test]
     fn an_answer_wakes_the_pusher_only_when_something_is_due() {
-        let hub: Hub<ServiceKey> = Hub::default();
-        let sub = Arc::new(Subscriber::new(1));
-        hub.subscribe(&sub, &key("a"), "", vec![], usize::MAX)
-            .unwrap();
-        sub.release(&key("a"), "");
+        let (hub, sub) = released("a");
         hub.changed(&change("a"));
         assert!(woken(&sub), "a change wakes it");
         let first = due(&sub, 0);
