@@ -188,7 +188,7 @@ impl MembershipError {
 /// until a snapshot lets it be purged: at openraft's default (5,000, then
 /// 1,000 kept) a burst of 100k registrations stayed in memory whole until
 /// the next snapshot, and the holes it left among the instances' own
-/// allocations cost 180 B of resident memory per instance after it was
+/// allocations cost 175 B of resident memory per instance after it was
 /// freed (727 → 552 B per instance measured at 100k, single node). A
 /// snapshot in memory is one pointer per service; on disk it is the
 /// registry written out, once per this many entries.
