@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     Change, Event, HealthSource, HealthTimeouts, Instance, InstanceKey, Millis, Op, Owner,
-    RemovalCause, ServiceKey,
+    RegistrySnapshot, RemovalCause, ServiceKey,
 };
 
 /// An instance tracked by the liveness rules.
@@ -211,18 +211,24 @@ impl Liveness {
         }
     }
 
-    /// Tracks an instance of a registry restored from a snapshot, which
-    /// holds no beat times: a beat-owned one starts a fresh grace period,
-    /// as if it had beaten now. Without this, a node that catches up by
-    /// snapshot would never time out the beat instances it holds.
-    pub fn restored(&mut self, service: &ServiceKey, instance: &Instance, now: Millis) {
-        if matches!(instance.owner, Owner::Beat { .. }) {
-            let key = LiveKey {
-                service: service.clone(),
-                instance: instance.key(),
-            };
-            self.track(key, instance, now);
+    /// The tracker of a registry restored from `snapshot`, which holds no
+    /// beat times: each beat-owned instance starts a fresh grace period,
+    /// as if it had beaten at `now`. Without this, a node that catches up
+    /// by snapshot would never time out the beat instances it holds.
+    pub fn restored(snapshot: &RegistrySnapshot, now: Millis) -> Self {
+        let mut liveness = Self::new();
+        for service in &snapshot.services {
+            for instance in service.instances() {
+                if matches!(instance.owner, Owner::Beat { .. }) {
+                    let key = LiveKey {
+                        service: service.key().clone(),
+                        instance: instance.key(),
+                    };
+                    liveness.track(key, instance, now);
+                }
+            }
         }
+        liveness
     }
 
     fn track(&mut self, key: LiveKey, instance: &Instance, now: Millis) {

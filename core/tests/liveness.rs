@@ -105,11 +105,7 @@ fn a_node_restored_from_a_snapshot_times_out_the_beat_instances_in_it() {
     let mut node = Node::new();
     node.now = source.now + 5_000;
     let snapshot = source.registry.snapshot();
-    for service in &snapshot.services {
-        for instance in service.instances() {
-            node.liveness.restored(service.key(), instance, node.now);
-        }
-    }
+    node.liveness = Liveness::restored(&snapshot, node.now);
     node.registry = Registry::restore(snapshot, RegistryOptions::default());
     assert_eq!(node.liveness.len(), 1, "only the beat instance is timed");
     let t0 = node.now;

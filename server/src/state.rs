@@ -123,17 +123,13 @@ impl State {
 
     /// Replaces the registry with a snapshot (a raft snapshot install).
     /// Liveness starts afresh: the snapshot's beat instances are timed
-    /// from `now`, as if each had just beaten; every subscriber of a service in the old or
-    /// the new registry is told, so pushes converge on the new state.
+    /// from `now`, as if each had just beaten. Every subscriber of a
+    /// service in the old or the new registry is told, so pushes converge
+    /// on the new state.
     pub fn restore(&self, snapshot: understudy_core::RegistrySnapshot, now: Millis) {
         let mut touched: Vec<understudy_core::ServiceKey> =
             snapshot.services.iter().map(|s| s.key().clone()).collect();
-        let mut liveness = Liveness::new();
-        for service in &snapshot.services {
-            for instance in service.instances() {
-                liveness.restored(service.key(), instance, now);
-            }
-        }
+        let liveness = Liveness::restored(&snapshot, now);
         {
             let mut registry = self.registry.write().unwrap_or_else(|p| p.into_inner());
             let options = registry.options().clone();
