@@ -58,8 +58,15 @@ impl Node {
                 .await
                 .map_err(|e| crate::raft::StartError::Form(e.to_string()))?;
         }
-        raft.wait(None)
+        let leading = raft
+            .wait(None)
             .current_leader(id, "a single node leads itself")
+            .await
+            .map_err(|e| crate::raft::StartError::Form(e.to_string()))?;
+        // A restarted node applies its log again; it serves once all of
+        // it is back, never a registry with part of its writes missing.
+        raft.wait(None)
+            .applied_index_at_least(leading.last_log_index, "the log on disk applied")
             .await
             .map_err(|e| crate::raft::StartError::Form(e.to_string()))?;
         Ok(node)
