@@ -75,6 +75,10 @@ async fn the_ceilings_answer_every_shape() -> anyhow::Result<()> {
     ] {
         assert!(run.ops > 0, "{run}");
     }
+    // The bare fan-out reaches every subscriber with every change.
+    let push = load::push(&target, 20, 3).await?;
+    assert_eq!(push.missed, Some(0), "{push}");
+    assert_eq!(push.ops, 60, "{push}");
     serving.abort();
     Ok(())
 }

@@ -432,6 +432,8 @@ pub async fn run(plan: &Plan, json: &Path) -> anyhow::Result<Vec<Run>> {
             record(super::query(t, plan.clients, seconds).await?)?;
             record(super::beat(t, plan.clients, seconds).await?)?;
             if kind == Kind::Ceiling {
+                // The same fan-out with no registry behind it.
+                record(super::push(t, plan.subscribers, plan.changes).await?)?;
                 // What an idle connection costs the transport alone.
                 drop(server);
                 let server = spawn(plan, kind, Shape::single(), &mut ports).await?;

@@ -59,7 +59,7 @@ impl Target {
 
     async fn connect(&self, c: usize) -> anyhow::Result<Conn> {
         if self.echo {
-            Conn::connect_echo(self.grpc(c)).await
+            Conn::connect_echo(self.grpc(c), None).await
         } else {
             Conn::connect(self.grpc(c), None).await
         }
@@ -424,13 +424,7 @@ pub async fn push(target: &Target, subscribers: usize, changes: usize) -> anyhow
     const SERVICE: &str = "pushed";
     const WRITER_IP: &str = "10.4.0.1";
     let (tx, mut rx) = mpsc::unbounded_channel::<nacos::Pushed>();
-    let mut watchers = Vec::with_capacity(subscribers);
-    for s in 0..subscribers {
-        let conn = Conn::connect(target.grpc(s), Some((s, tx.clone()))).await?;
-        conn.request("SubscribeServiceRequest", nacos::subscribe_body(SERVICE))
-            .await?;
-        watchers.push(conn);
-    }
+    let watchers = Shards::subscribe(target, subscribers, SERVICE, tx).await?;
     let writer = target.connect(0).await?;
     let mut h = histogram();
     let mut missed = 0u64;
@@ -457,7 +451,7 @@ pub async fn push(target: &Target, subscribers: usize, changes: usize) -> anyhow
         missed += (subscribers - count) as u64;
     }
     let (elapsed, cpu) = meter.stop()?;
-    drop(watchers);
+    watchers.close().await;
     let mut run = Run::new(
         "push",
         target,
@@ -467,6 +461,102 @@ pub async fn push(target: &Target, subscribers: usize, changes: usize) -> anyhow
     .latencies(&h);
     run.missed = Some(missed);
     Ok(run)
+}
+
+/// Subscriber connections spread over one single-threaded runtime per
+/// core, as a fleet of separate clients would be: each runtime's
+/// connections never wake a task on another thread. On the shared
+/// multi-threaded runtime the load generator spent about as much CPU
+/// per push as the server did (cross-thread wake-ups, work stealing),
+/// on the same two cores.
+struct Shards {
+    stops: Vec<tokio::sync::oneshot::Sender<()>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Shards {
+    /// Connects `subscribers` connections (subscriber `s` on the target's
+    /// address for `s`), each subscribed to `service` and handing its
+    /// pushes to `pushes`; returns once all are subscribed.
+    async fn subscribe(
+        target: &Target,
+        subscribers: usize,
+        service: &'static str,
+        pushes: mpsc::UnboundedSender<nacos::Pushed>,
+    ) -> anyhow::Result<Self> {
+        let count = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut shards = Self {
+            stops: Vec::new(),
+            threads: Vec::new(),
+        };
+        let mut ready = Vec::new();
+        for shard in 0..count {
+            let mine: Vec<(usize, SocketAddr)> = (shard..subscribers)
+                .step_by(count)
+                .map(|s| (s, target.grpc(s)))
+                .collect();
+            let (echo, pushes) = (target.echo, pushes.clone());
+            let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<anyhow::Result<()>>();
+            let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            shards.threads.push(std::thread::spawn(move || {
+                runtime.block_on(async move {
+                    let mut conns = Vec::with_capacity(mine.len());
+                    let connected: anyhow::Result<()> = async {
+                        for (s, grpc) in mine {
+                            let tagged = Some((s, pushes.clone()));
+                            let conn = if echo {
+                                Conn::connect_echo(grpc, tagged).await?
+                            } else {
+                                Conn::connect(grpc, tagged).await?
+                            };
+                            conn.request("SubscribeServiceRequest", nacos::subscribe_body(service))
+                                .await?;
+                            conns.push(conn);
+                        }
+                        Ok(())
+                    }
+                    .await;
+                    let failed = connected.is_err();
+                    let _ = ready_tx.send(connected);
+                    if !failed {
+                        let _ = stop_rx.await;
+                    }
+                    drop(conns);
+                });
+            }));
+            shards.stops.push(stop_tx);
+            ready.push(ready_rx);
+        }
+        for ready in ready {
+            match ready.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    shards.close().await;
+                    return Err(e);
+                }
+                Err(_) => {
+                    shards.close().await;
+                    anyhow::bail!("a subscriber thread ended before subscribing");
+                }
+            }
+        }
+        Ok(shards)
+    }
+
+    /// Closes every connection and waits for the threads.
+    async fn close(self) {
+        drop(self.stops);
+        let threads = self.threads;
+        let _ = tokio::task::spawn_blocking(move || {
+            for thread in threads {
+                let _ = thread.join();
+            }
+        })
+        .await;
+    }
 }
 
 /// The writer's weight (its change number) in a pushed ServiceInfo, if

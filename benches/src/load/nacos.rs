@@ -116,8 +116,11 @@ impl Conn {
     }
 
     /// Connects to the echo ceiling: the same calls, no answer checked.
-    pub async fn connect_echo(grpc: SocketAddr) -> anyhow::Result<Self> {
-        Self::open(grpc, None, false).await
+    pub async fn connect_echo(
+        grpc: SocketAddr,
+        pushes: Option<(usize, mpsc::UnboundedSender<Pushed>)>,
+    ) -> anyhow::Result<Self> {
+        Self::open(grpc, pushes, false).await
     }
 
     async fn open(

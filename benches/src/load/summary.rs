@@ -154,8 +154,19 @@ pub fn summary(runs: &[Run], plan: &Plan) -> String {
     if let Some(m) = missed(r, "push") {
         push.other = format!("{}, {m} missed", push.other);
     }
+    push.other = format!("{}; tonic fan-out {}", push.other, num(p99(c), ""));
     push.wanted = "≤ 20, 0 missed".into();
     rows.push(push);
+    let per_push = |t: &str| f.per_cpu(t, "push").map(|ops| 1e6 / ops);
+    let mut cpu = bound_row(
+        "server CPU per delivered push, its answer read (µs)",
+        per_push(u),
+        per_push(r),
+        "",
+        15.0,
+    );
+    cpu.other = format!("{}; tonic fan-out {}", cpu.other, num(per_push(c), ""));
+    rows.push(cpu);
     let per_instance = |t: &str| f.get(t, "memory", |r| r.rss_bytes_per_instance);
     rows.push(bound_row(
         &format!(
