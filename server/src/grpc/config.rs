@@ -191,6 +191,7 @@ pub(crate) fn batch_listen(
             })?;
         conn.listener.render_now(&key, &tenant, node.now(), |_| ());
         conn.listener.release(&key, &tenant);
+        conn.subscribed();
         let held = context.md5.as_deref().unwrap_or("");
         conn.hold_md5(&key, held);
         let current = node

@@ -63,9 +63,76 @@ pub(crate) struct Conn {
     _ticket: Option<crate::admission::Ticket>,
     /// Marks the id as held by this process while the connection lives.
     _held: crate::node::Held,
+    /// Itself, for the pusher it starts.
+    me: std::sync::Weak<Conn>,
+    /// Its pusher, started once it has both its stream and a
+    /// subscription: a connection that subscribes to nothing (a provider
+    /// that only registers) holds no push task.
+    pusher: Mutex<Pusher>,
+}
+
+/// Starts a connection's push task.
+pub(crate) type StartPusher = Box<dyn FnOnce(Arc<Conn>) + Send>;
+
+/// Where a connection's pusher stands.
+#[derive(Default)]
+enum Pusher {
+    /// Neither a stream nor a subscription yet.
+    #[default]
+    Waiting,
+    /// The stream is open; nothing subscribed.
+    Ready(StartPusher),
+    /// Subscribed; no stream yet.
+    Subscribed,
+    Started,
+}
+
+impl std::fmt::Debug for Pusher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Pusher::Waiting => "Waiting",
+            Pusher::Ready(_) => "Ready",
+            Pusher::Subscribed => "Subscribed",
+            Pusher::Started => "Started",
+        })
+    }
 }
 
 impl Conn {
+    /// Its stream is open: `start` starts its pusher, now if it has
+    /// subscribed to something, else at its first subscription.
+    pub(crate) fn stream_opened(&self, start: StartPusher) {
+        let mut pusher = lock(&self.pusher);
+        match std::mem::take(&mut *pusher) {
+            Pusher::Subscribed => {
+                *pusher = Pusher::Started;
+                drop(pusher);
+                if let Some(me) = self.me.upgrade() {
+                    start(me);
+                }
+            }
+            Pusher::Waiting => *pusher = Pusher::Ready(start),
+            other => *pusher = other,
+        }
+    }
+
+    /// It subscribed to a service or listens to a config: its pusher
+    /// starts if its stream is open.
+    pub(crate) fn subscribed(&self) {
+        let mut pusher = lock(&self.pusher);
+        match std::mem::take(&mut *pusher) {
+            Pusher::Ready(start) => {
+                *pusher = Pusher::Started;
+                drop(pusher);
+                if let Some(me) = self.me.upgrade() {
+                    start(me);
+                }
+            }
+            Pusher::Waiting | Pusher::Subscribed => *pusher = Pusher::Subscribed,
+            Pusher::Started => *pusher = Pusher::Started,
+        }
+    }
+
     /// Remembers the limited user its requests come from.
     pub(crate) fn limit_to(&self, user: &str) {
         let mut held = self.user.lock().unwrap_or_else(|p| p.into_inner());
@@ -317,7 +384,9 @@ impl Conns {
         let (pushes, pushes_rx) = mpsc::channel(queue);
         let closed = CancellationToken::new();
         let id = format!("{now}_{}_{}", remote.ip(), remote.port());
-        let conn = Arc::new(Conn {
+        let conn = Arc::new_cyclic(|me| Conn {
+            me: me.clone(),
+            pusher: Mutex::default(),
             seq,
             _held: self.node.hold(&id),
             id,

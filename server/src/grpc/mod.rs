@@ -212,7 +212,10 @@ impl BiRequestStream for Bi {
             conn.clone(),
             inbound,
         ));
-        self.tasks.spawn(push(self.node.clone(), conn));
+        let (node, tasks) = (self.node.clone(), self.tasks.clone());
+        conn.stream_opened(Box::new(move |conn| {
+            tasks.spawn(push(node, conn));
+        }));
         Ok(tonic::Response::new(outbound))
     }
 }

@@ -367,6 +367,7 @@ fn subscribe(node: &Node, conn: &Conn, envelope: &Envelope) -> Result<Payload, F
             })
             .expect("the subscription was just installed");
         subscriber.release(&key, &clusters_raw);
+        conn.subscribed();
         rendered
     } else {
         hub.unsubscribe(subscriber, &key);
