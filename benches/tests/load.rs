@@ -67,7 +67,7 @@ async fn the_ceilings_answer_every_shape() -> anyhow::Result<()> {
         echo: true,
         compact: None,
     };
-    let serving = tokio::spawn(load::ceiling::serve(grpc, http));
+    let serving = tokio::spawn(load::ceiling::serve(grpc, http, false));
     for run in [
         load::register(&target, 4, 8, BRIEF).await?,
         load::query(&target, 4, BRIEF).await?,

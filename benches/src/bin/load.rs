@@ -143,6 +143,10 @@ enum Mode {
         /// HTTP port.
         #[arg(long, default_value_t = 0)]
         http_port: u16,
+        /// Bi-streams push nothing and cost nothing per connection (the
+        /// idle connection's ceiling).
+        #[arg(long)]
+        silent_streams: bool,
     },
     /// Every mode against understudy, r-nacos and the ceilings, in one run.
     Compare(CompareArgs),
@@ -350,6 +354,7 @@ async fn main() -> anyhow::Result<()> {
         Mode::Ceiling {
             grpc_port,
             http_port,
+            silent_streams,
         } => {
             let (grpc, http) = load::ceiling::bind(grpc_port, http_port).await?;
             println!(
@@ -357,7 +362,7 @@ async fn main() -> anyhow::Result<()> {
                 grpc.local_addr()?,
                 http.local_addr()?
             );
-            load::ceiling::serve(grpc, http).await?;
+            load::ceiling::serve(grpc, http, silent_streams).await?;
         }
         Mode::Compare(args) => {
             let me = std::env::current_exe()?;

@@ -30,6 +30,9 @@ const PUSH_QUEUE: usize = 64;
 /// the connections that subscribed.
 #[derive(Default)]
 struct Echo {
+    /// Bi-streams stay silent and cost nothing per connection: the bare
+    /// echo an idle connection is measured against.
+    silent: bool,
     streams: Mutex<HashMap<SocketAddr, mpsc::Sender<Payload>>>,
     subscribed: Mutex<Vec<mpsc::Sender<Payload>>>,
 }
@@ -137,24 +140,34 @@ impl BiRequestStream for Shared {
     ) -> Result<tonic::Response<Self::requestBiStreamStream>, tonic::Status> {
         // Sends what the fan-out queues; reads and drops what the client
         // sends (its setup, its answers to pushes).
-        let (tx, rx) = mpsc::channel(PUSH_QUEUE);
-        if let Some(addr) = request.remote_addr() {
-            lock(&self.0.streams).insert(addr, tx);
-        }
-        // One stream polls both, as the bare echo's did: no task is added
-        // per connection.
+        let remote = request.remote_addr();
         let silent = request
             .into_inner()
             .filter_map(|_| None::<Result<Payload, tonic::Status>>);
+        if self.0.silent {
+            return Ok(tonic::Response::new(Box::pin(silent)));
+        }
+        let (tx, rx) = mpsc::channel(PUSH_QUEUE);
+        if let Some(addr) = remote {
+            lock(&self.0.streams).insert(addr, tx);
+        }
+        // One stream polls both: no task is added per connection.
         let pushes = tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok);
         Ok(tonic::Response::new(Box::pin(pushes.merge(silent))))
     }
 }
 
 /// Serves the gRPC echo on `grpc` and the HTTP answerer on `http` until
-/// the process ends.
-pub async fn serve(grpc: TcpListener, http: TcpListener) -> anyhow::Result<()> {
-    let echo = Shared::default();
+/// the process ends; with `silent_streams`, the bi-streams push nothing.
+pub async fn serve(
+    grpc: TcpListener,
+    http: TcpListener,
+    silent_streams: bool,
+) -> anyhow::Result<()> {
+    let echo = Shared(Arc::new(Echo {
+        silent: silent_streams,
+        ..Echo::default()
+    }));
     let grpc_task = tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(RequestServer::new(echo.clone()))

@@ -156,7 +156,10 @@ pub async fn start_understudy(
         server_args: extra.to_vec(),
         ..Plan::empty()
     };
-    let shape = Shape { nodes, durable };
+    let shape = Shape {
+        durable,
+        ..Shape::cluster(nodes)
+    };
     spawn(&plan, Kind::Understudy, shape, &mut Ports::default()).await
 }
 
@@ -226,20 +229,20 @@ fn pid(child: &Child) -> u32 {
 struct Shape {
     nodes: usize,
     durable: bool,
+    /// The ceiling's bi-streams push nothing (for idle connections).
+    silent: bool,
 }
 
 impl Shape {
     fn single() -> Self {
-        Self {
-            nodes: 1,
-            durable: false,
-        }
+        Self::cluster(1)
     }
 
     fn cluster(nodes: usize) -> Self {
         Self {
             nodes,
             durable: false,
+            silent: false,
         }
     }
 }
@@ -274,6 +277,9 @@ async fn spawn(
                     "--http-port",
                     &http.to_string(),
                 ]);
+                if shape.silent {
+                    c.arg("--silent-streams");
+                }
                 c
             }
             Kind::Understudy => {
@@ -436,7 +442,11 @@ pub async fn run(plan: &Plan, json: &Path) -> anyhow::Result<Vec<Run>> {
                 record(super::push(t, plan.subscribers, plan.changes).await?)?;
                 // What an idle connection costs the transport alone.
                 drop(server);
-                let server = spawn(plan, kind, Shape::single(), &mut ports).await?;
+                let silent = Shape {
+                    silent: true,
+                    ..Shape::single()
+                };
+                let server = spawn(plan, kind, silent, &mut ports).await?;
                 record(super::idle(&server.target, plan.idle_connections).await?)?;
                 continue;
             }
@@ -458,8 +468,8 @@ pub async fn run(plan: &Plan, json: &Path) -> anyhow::Result<Vec<Run>> {
             }
             // Durable: the same register and memory runs with a data dir.
             let durable = Shape {
-                nodes: 1,
                 durable: true,
+                ..Shape::single()
             };
             let server = spawn(plan, kind, durable, &mut ports).await?;
             let run = super::register(&server.target, plan.clients, plan.services, seconds);
@@ -486,8 +496,8 @@ pub async fn run(plan: &Plan, json: &Path) -> anyhow::Result<Vec<Run>> {
             }
             if plan.kills > 0 {
                 let shape = Shape {
-                    nodes: 3,
                     durable: true,
+                    ..Shape::cluster(3)
                 };
                 let mut cluster = spawn(plan, kind, shape, &mut ports).await?;
                 record(super::failover::run(&mut cluster, plan.kills).await?)?;
