@@ -176,7 +176,9 @@ pub(crate) struct PushTarget<'a, K> {
 pub(crate) struct Subscriber<K> {
     id: u64,
     state: Mutex<SubscriberState<K>>,
-    wake: Notify,
+    /// Woken when a push may be due; shared by the subscribers of one
+    /// connection, so its pusher waits on one.
+    wake: Arc<Notify>,
     request_ids: AtomicU64,
     /// Starts its pushes' request ids, so that two subscribers of one
     /// connection (services, configs) never send the same id.
@@ -185,15 +187,16 @@ pub(crate) struct Subscriber<K> {
 
 impl<K: Topic> Subscriber<K> {
     pub(crate) fn new(id: u64) -> Self {
-        Self::with_prefix(id, "")
+        Self::with_prefix(id, "", Arc::default())
     }
 
-    /// A subscriber whose pushes' request ids start with `prefix`.
-    pub(crate) fn with_prefix(id: u64, prefix: &'static str) -> Self {
+    /// A subscriber whose pushes' request ids start with `prefix`, woken
+    /// through `wake`.
+    pub(crate) fn with_prefix(id: u64, prefix: &'static str, wake: Arc<Notify>) -> Self {
         Self {
             id,
             state: Mutex::default(),
-            wake: Notify::new(),
+            wake,
             request_ids: AtomicU64::new(1),
             prefix,
         }

@@ -309,18 +309,19 @@ impl tokio_stream::Stream for Outbound {
     type Item = Result<Payload, tonic::Status>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        if self.closed.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(None);
-        }
         if let Poll::Ready(Some(p)) = self.control.poll_recv(cx) {
             return Poll::Ready(Some(Ok(*p)));
         }
-        match self.pushes.poll_recv(cx) {
-            Poll::Ready(Some(p)) => Poll::Ready(Some(Ok(*p))),
-            // Both queues live as long as the connection; the stream ends
-            // only when the connection is closed.
-            Poll::Ready(None) | Poll::Pending => Poll::Pending,
+        if let Poll::Ready(Some(p)) = self.pushes.poll_recv(cx) {
+            return Poll::Ready(Some(Ok(*p)));
         }
+        // Both queues live as long as the connection; the stream ends only
+        // when the connection is closed (what is queued then goes unsent,
+        // as the socket goes too).
+        if self.closed.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(None);
+        }
+        Poll::Pending
     }
 }
 
@@ -381,6 +382,9 @@ impl Conns {
         let now = self.node.now();
         let queue = self.node.config().grpc.push_queue;
         let (control, control_rx) = mpsc::channel(16);
+        // One wake-up for the pusher, whichever of the two has a push
+        // due, or the connection closed.
+        let wake = Arc::new(tokio::sync::Notify::new());
         let (pushes, pushes_rx) = mpsc::channel(queue);
         let closed = CancellationToken::new();
         let id = format!("{now}_{}_{}", remote.ip(), remote.port());
@@ -399,8 +403,8 @@ impl Conns {
                 pushes: pushes_rx,
                 closed: Box::pin(closed.clone().cancelled_owned()),
             })),
-            subscriber: Arc::new(Subscriber::new(seq)),
-            listener: Arc::new(Subscriber::with_prefix(seq, CONFIG_PUSH)),
+            subscriber: Arc::new(Subscriber::with_prefix(seq, "", wake.clone())),
+            listener: Arc::new(Subscriber::with_prefix(seq, CONFIG_PUSH, wake)),
             detection: Mutex::new(None),
             closed,
             server_requests: AtomicU64::new(1),
@@ -455,6 +459,7 @@ impl Conns {
         metrics::gauge!("understudy_grpc_connections").decrement(1.0);
         tracing::debug!(connection = %conn.id, why, "connection closed");
         conn.closed.cancel();
+        conn.subscriber.wake().notify_one();
         self.node.state().hub().remove(&conn.subscriber);
         self.node.state().config_hub().remove(&conn.listener);
         Some(conn)

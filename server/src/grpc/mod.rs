@@ -350,9 +350,11 @@ async fn push(node: Node, conn: Arc<Conn>) {
     );
     let subscriber = conn.subscriber.clone();
     let listener = conn.listener.clone();
-    let closed = conn.closed.clone().cancelled_owned();
-    tokio::pin!(closed);
     loop {
+        // Closing the connection wakes its pusher too.
+        if conn.closed.is_cancelled() {
+            return;
+        }
         if let Some(user) = conn.limited_user() {
             drop_revoked(&node, &conn, &user);
         }
@@ -421,10 +423,9 @@ async fn push(node: Node, conn: Arc<Conn>) {
                 None => std::future::pending().await,
             }
         };
+        // The subscriber and the listener share one wake-up.
         tokio::select! {
-            () = &mut closed => return,
             () = subscriber.wake().notified() => merge_delay(grpc.push_merge_delay).await,
-            () = listener.wake().notified() => merge_delay(grpc.push_merge_delay).await,
             () = sleep => {}
         }
     }
