@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use tokio_stream::{Stream, StreamExt as _};
 use understudy_proto::grpc::bi_request_stream_server::{BiRequestStream, BiRequestStreamServer};
 use understudy_proto::grpc::request_server::{Request, RequestServer};
-use understudy_proto::grpc::{Metadata, Payload};
+use understudy_proto::grpc::Payload;
 
 /// What a v1 beat answers on Nacos.
 const BEAT_ANSWER: &[u8] = br#"{"clientBeatInterval":5000,"code":10200,"lightBeatEnabled":true}"#;
@@ -102,17 +102,10 @@ fn push_of(register: &[u8]) -> Option<Payload> {
         r#"{{"requestId":"1","module":"naming","serviceInfo":{{"hosts":[{{"ip":"{}","port":{},"weight":{},"healthy":true}}]}}}}"#,
         instance.ip, instance.port, instance.weight
     );
-    Some(Payload {
-        metadata: Some(Metadata {
-            r#type: "NotifySubscriberRequest".to_owned(),
-            client_ip: String::new(),
-            headers: Default::default(),
-        }),
-        body: Some(prost_types::Any {
-            type_url: String::new(),
-            value: body.into_bytes(),
-        }),
-    })
+    Some(super::nacos::payload(
+        "NotifySubscriberRequest",
+        body.into_bytes(),
+    ))
 }
 
 #[derive(Clone, Default)]

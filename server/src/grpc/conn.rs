@@ -65,71 +65,35 @@ pub(crate) struct Conn {
     _held: crate::node::Held,
     /// Itself, for the pusher it starts.
     me: std::sync::Weak<Conn>,
-    /// Its pusher, started once it has both its stream and a
-    /// subscription: a connection that subscribes to nothing (a provider
-    /// that only registers) holds no push task.
-    pusher: Mutex<Pusher>,
+    /// Starts its push task: set when its stream opens, taken at its
+    /// first subscription (which needs the setup the stream carries), so
+    /// a connection that subscribes to nothing (a provider that only
+    /// registers) holds no push task.
+    pusher: Mutex<Option<StartPusher>>,
 }
 
 /// Starts a connection's push task.
-pub(crate) type StartPusher = Box<dyn FnOnce(Arc<Conn>) + Send>;
+pub(crate) struct StartPusher(pub(crate) Box<dyn FnOnce(Arc<Conn>) + Send>);
 
-/// Where a connection's pusher stands.
-#[derive(Default)]
-enum Pusher {
-    /// Neither a stream nor a subscription yet.
-    #[default]
-    Waiting,
-    /// The stream is open; nothing subscribed.
-    Ready(StartPusher),
-    /// Subscribed; no stream yet.
-    Subscribed,
-    Started,
-}
-
-impl std::fmt::Debug for Pusher {
+impl std::fmt::Debug for StartPusher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Pusher::Waiting => "Waiting",
-            Pusher::Ready(_) => "Ready",
-            Pusher::Subscribed => "Subscribed",
-            Pusher::Started => "Started",
-        })
+        f.write_str("StartPusher")
     }
 }
 
 impl Conn {
-    /// Its stream is open: `start` starts its pusher, now if it has
-    /// subscribed to something, else at its first subscription.
+    /// Its stream is open: `start` starts its pusher at its first
+    /// subscription.
     pub(crate) fn stream_opened(&self, start: StartPusher) {
-        let mut pusher = lock(&self.pusher);
-        match std::mem::take(&mut *pusher) {
-            Pusher::Subscribed => {
-                *pusher = Pusher::Started;
-                drop(pusher);
-                if let Some(me) = self.me.upgrade() {
-                    start(me);
-                }
-            }
-            Pusher::Waiting => *pusher = Pusher::Ready(start),
-            other => *pusher = other,
-        }
+        *lock(&self.pusher) = Some(start);
     }
 
     /// It subscribed to a service or listens to a config: its pusher
-    /// starts if its stream is open.
+    /// starts, if it has not yet.
     pub(crate) fn subscribed(&self) {
-        let mut pusher = lock(&self.pusher);
-        match std::mem::take(&mut *pusher) {
-            Pusher::Ready(start) => {
-                *pusher = Pusher::Started;
-                drop(pusher);
-                if let Some(me) = self.me.upgrade() {
-                    start(me);
-                }
-            }
-            Pusher::Waiting | Pusher::Subscribed => *pusher = Pusher::Subscribed,
-            Pusher::Started => *pusher = Pusher::Started,
+        let start = lock(&self.pusher).take();
+        if let (Some(StartPusher(start)), Some(me)) = (start, self.me.upgrade()) {
+            start(me);
         }
     }
 

@@ -205,6 +205,12 @@ impl BiRequestStream for Bi {
         let outbound = conn.take_outbound().ok_or_else(|| {
             tonic::Status::already_exists("this connection already has its stream")
         })?;
+        // Before the reader: a request is refused until the setup it
+        // reads, so no subscription can come before this.
+        let (node, tasks) = (self.node.clone(), self.tasks.clone());
+        conn.stream_opened(conn::StartPusher(Box::new(move |conn| {
+            tasks.spawn(push(node, conn));
+        })));
         let inbound = request.into_inner();
         self.tasks.spawn(read(
             self.node.clone(),
@@ -212,10 +218,6 @@ impl BiRequestStream for Bi {
             conn.clone(),
             inbound,
         ));
-        let (node, tasks) = (self.node.clone(), self.tasks.clone());
-        conn.stream_opened(Box::new(move |conn| {
-            tasks.spawn(push(node, conn));
-        }));
         Ok(tonic::Response::new(outbound))
     }
 }
