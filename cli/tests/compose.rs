@@ -2,8 +2,8 @@
 //! on the CI machine): every service of `docker-compose.yml` runs a
 //! command line that the server's own parser accepts and validates; the
 //! ports it publishes are the ports it serves, as a Nacos pair (gRPC =
-//! HTTP + 1000) on the host too; its peers are the other services, by id,
-//! raft port and DC; every node runs the same link model; its health check
+//! HTTP + 1000) on the host too; every node is given one member list, and
+//! its peers are the other services, by id, raft port and DC; every node runs the same link model; its health check
 //! is `understudy ctl health` on the binary the `Dockerfile` installs as
 //! its entrypoint. And `ctl health` itself, run as the health check runs
 //! it, exits 0 against a running node and non-zero where nothing listens.
@@ -248,6 +248,15 @@ fn each_node_publishes_its_own_nacos_port_pair() {
 #[test]
 fn every_peer_is_another_service_by_its_id_raft_port_and_dc() {
     let services = services();
+    let lists: BTreeSet<Vec<String>> = services
+        .iter()
+        .map(|s| flag_values(&s.command, "--peer"))
+        .collect();
+    assert_eq!(
+        lists.len(),
+        1,
+        "the nodes are given different member lists: {lists:?}"
+    );
     let by_name: BTreeMap<&str, &Service> = services.iter().map(|s| (s.name.as_str(), s)).collect();
     for s in &services {
         let others: BTreeSet<u64> = services

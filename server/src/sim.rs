@@ -228,11 +228,8 @@ impl Sim {
                     .map_err(|source| SimError::Io { node: id, source })?,
                 None => unreachable!("bind_node binds a raft port"),
             };
-            let peers = all
-                .iter()
-                .filter(|(p, _)| *p != id)
-                .map(|(_, text)| text.clone())
-                .collect();
+            // One member list for every node, this one included.
+            let peers = all.iter().map(|(_, text)| text.clone()).collect();
             let settings = Settings {
                 node_id: Some(id),
                 dc: Some(dc.clone()),

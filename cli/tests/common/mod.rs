@@ -225,7 +225,8 @@ pub(crate) fn start(dcs: &[&str], extra: &[&str]) -> Vec<Proc> {
             .map(|a| (*a).to_owned())
             .collect();
             args.extend(extra.iter().map(|a| a.replace("{id}", &id.to_string())));
-            for peer in (1..=n).filter(|p| *p != id) {
+            // One member list for every node, this one included.
+            for peer in 1..=n {
                 args.push("--peer".to_owned());
                 args.push(format!(
                     "{peer}=127.0.0.1:{}@{}",

@@ -18,7 +18,8 @@ pub struct ClusterConfig {
     /// Where the other members reach this node's raft port; derived from
     /// the bind address and the raft port unless set.
     pub advertise: String,
-    /// The other members, by id (empty: a single node).
+    /// The other members, by id (empty: a single node). The member list
+    /// given may name this node too; it is not kept here.
     pub peers: BTreeMap<u64, Member>,
     /// The shared secret, if any.
     pub secret: Option<String>,
@@ -58,16 +59,28 @@ impl ClusterConfig {
         }
     }
 
+    /// Reads the group. The member list may name this node too (one list
+    /// for every node, as etcd's `--initial-cluster` or Nacos'
+    /// `cluster.conf`): its entry must agree with this node's raft
+    /// address, which it gives when `raft_advertise` is unset, and with
+    /// its DC, which it gives when `dc` is unset (the second value
+    /// returned).
     pub(super) fn read(
         s: &Settings,
         bind: std::net::IpAddr,
         node_id: u64,
-    ) -> Result<Self, ConfigError> {
+    ) -> Result<(Self, Option<String>), ConfigError> {
         let d = Self::default_at(bind);
         let mut peers = BTreeMap::new();
+        let mut listed_self: Option<(&str, Member)> = None;
         for text in s.peers.iter().flatten().filter(|p| !p.trim().is_empty()) {
-            let (id, member) = parse_peer(text, node_id)?;
-            if peers.insert(id, member).is_some() {
+            let (id, member) = parse_peer(text)?;
+            let repeated = if id == node_id {
+                listed_self.replace((text, member)).is_some()
+            } else {
+                peers.insert(id, member).is_some()
+            };
+            if repeated {
                 return Err(invalid("peer", format!("node id {id} is given twice")));
             }
         }
@@ -111,7 +124,11 @@ impl ClusterConfig {
             ));
         }
         let raft_port = s.raft_port.unwrap_or(d.raft_port);
+        if let Some((text, member)) = &listed_self {
+            check_listed_self(text, member, s, bind, node_id, raft_port)?;
+        }
         let advertise = match &s.raft_advertise {
+            None if listed_self.is_some() => listed_self.as_ref().unwrap().1.raft_addr.clone(),
             Some(address) => {
                 let fine = address
                     .rsplit_once(':')
@@ -132,7 +149,10 @@ impl ClusterConfig {
             }
             None => std::net::SocketAddr::new(bind, raft_port).to_string(),
         };
-        Ok(Self {
+        let listed_dc = listed_self
+            .map(|(_, member)| member.dc)
+            .filter(|dc| !dc.is_empty());
+        let config = Self {
             raft_port,
             advertise,
             peers,
@@ -142,7 +162,8 @@ impl ClusterConfig {
             owner_grace,
             quorum_loss_reset,
             workarounds: d.workarounds,
-        })
+        };
+        Ok((config, listed_dc))
     }
 
     pub(super) fn lower(&self, s: &mut Settings) {
@@ -165,8 +186,56 @@ impl ClusterConfig {
     }
 }
 
+/// Checks this node's own entry in the member list against what it is
+/// told elsewhere: the entry must not contradict `raft_advertise`, the raft
+/// port, an IP address it binds, or `dc`.
+fn check_listed_self(
+    text: &str,
+    member: &Member,
+    s: &Settings,
+    bind: std::net::IpAddr,
+    node_id: u64,
+    raft_port: u16,
+) -> Result<(), ConfigError> {
+    let bad = |why: String| {
+        Err(invalid(
+            "peer",
+            format!("'{text}' is this node (id {node_id}), {why}"),
+        ))
+    };
+    if let Some(advertise) = &s.raft_advertise {
+        if *advertise != member.raft_addr {
+            return bad(format!("but raft_advertise is '{advertise}'"));
+        }
+    } else {
+        let (host, port) = member
+            .raft_addr
+            .rsplit_once(':')
+            .expect("a parsed member address has a port");
+        if port.parse::<u16>().ok() != Some(raft_port) {
+            return bad(format!("but it listens on raft_port {raft_port}"));
+        }
+        let listed_ip = host
+            .trim_matches(|c| c == '[' || c == ']')
+            .parse::<std::net::IpAddr>();
+        if let Ok(ip) = listed_ip {
+            if !bind.is_unspecified() && ip != bind {
+                return bad(format!(
+                    "but it binds {bind}; set raft_advertise if the others reach it through another address"
+                ));
+            }
+        }
+    }
+    match &s.dc {
+        Some(dc) if !member.dc.is_empty() && *dc != member.dc => {
+            bad(format!("but its dc is '{dc}'"))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Parses `ID=HOST:PORT` or `ID=HOST:PORT@DC`.
-fn parse_peer(text: &str, own_id: u64) -> Result<(u64, Member), ConfigError> {
+fn parse_peer(text: &str) -> Result<(u64, Member), ConfigError> {
     let bad = |why: String| invalid("peer", format!("'{text}' {why}"));
     let (id, rest) = text
         .split_once('=')
@@ -177,9 +246,6 @@ fn parse_peer(text: &str, own_id: u64) -> Result<(u64, Member), ConfigError> {
         .ok()
         .filter(|id| *id > 0)
         .ok_or_else(|| bad("needs a positive node id before '='".into()))?;
-    if id == own_id {
-        return Err(bad(format!("names this node's own id {own_id}")));
-    }
     let (address, dc) = match rest.rsplit_once('@') {
         Some((address, dc)) if !dc.is_empty() => (address.trim(), dc.trim()),
         _ => (rest.trim(), ""),

@@ -201,10 +201,10 @@ pub struct Settings {
     /// Raft port: replication between nodes, never client traffic.
     #[arg(long, env = "UNDERSTUDY_RAFT_PORT")]
     pub raft_port: Option<u16>,
-    /// `HOST:PORT` the other members reach this node's raft port at [default: BIND:RAFT_PORT].
+    /// `HOST:PORT` the other members reach this node's raft port at [default: this node's entry in the member list, else BIND:RAFT_PORT].
     #[arg(long, env = "UNDERSTUDY_RAFT_ADVERTISE")]
     pub raft_advertise: Option<String>,
-    /// Another member of the cluster, `ID=HOST:RAFT_PORT` or `ID=HOST:RAFT_PORT@DC`; repeat for each. None: a single node.
+    /// A member of the cluster, `ID=HOST:RAFT_PORT` or `ID=HOST:RAFT_PORT@DC`; repeat for each. The same list may go to every node: a node finds itself by its id. None: a single node.
     #[arg(long = "peer", env = "UNDERSTUDY_PEERS", value_delimiter = ',')]
     pub peers: Option<Vec<String>>,
     /// Shared secret every raft call must carry; set the same on every node (or UNDERSTUDY_CLUSTER_SECRET).

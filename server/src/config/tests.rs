@@ -135,6 +135,78 @@ fn invalid_values_name_their_key() {
 }
 
 #[test]
+fn one_member_list_may_name_this_node_which_must_agree_with_its_address_and_dc() {
+    let list = ["1=node1:7001@hz", "2=node2:7001@hz", "3=node3:7001@sh"];
+    let node = |id: u64, more: Settings| {
+        ValidConfig::from_settings(Settings {
+            node_id: Some(id),
+            bind: Some("0.0.0.0".parse().unwrap()),
+            raft_port: Some(7001),
+            peers: Some(list.iter().map(|p| (*p).to_owned()).collect()),
+            ..more
+        })
+    };
+    // The same list on every node: each keeps the others as its peers and
+    // takes its raft address and DC from its own entry.
+    for (id, advertise, dc) in [(1, "node1:7001", "hz"), (3, "node3:7001", "sh")] {
+        let config = node(id, Settings::default()).unwrap();
+        let peers: Vec<u64> = config.cluster.peers.keys().copied().collect();
+        assert_eq!(peers, (1..=3).filter(|p| *p != id).collect::<Vec<_>>());
+        assert_eq!(config.cluster.advertise, advertise);
+        assert_eq!(config.dc, dc);
+    }
+    // What it is told elsewhere must agree with its entry.
+    let agreeing = Settings {
+        raft_advertise: Some("node3:7001".into()),
+        dc: Some("sh".into()),
+        ..Settings::default()
+    };
+    assert!(node(3, agreeing).is_ok());
+    let refused = |id: u64, more: Settings, why: &str| {
+        let err = node(id, more).unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::Invalid { key, .. } if *key == "peer"),
+            "{err}"
+        );
+        let err = err.to_string();
+        assert!(err.contains(&format!("is this node (id {id})")), "{err}");
+        assert!(err.contains(why), "{err}");
+    };
+    let advertise = Settings {
+        raft_advertise: Some("elsewhere:7001".into()),
+        ..Settings::default()
+    };
+    refused(3, advertise, "raft_advertise is 'elsewhere:7001'");
+    let port = Settings {
+        raft_port: Some(7002),
+        ..Settings::default()
+    };
+    let err = ValidConfig::from_settings(Settings {
+        node_id: Some(2),
+        peers: Some(vec!["2=127.0.0.1:7001".into(), "1=127.0.0.1:7000".into()]),
+        ..port
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("listens on raft_port 7002"), "{err}");
+    let dc = Settings {
+        dc: Some("hz".into()),
+        ..Settings::default()
+    };
+    refused(3, dc, "its dc is 'hz'");
+    // An IP address in its entry must be one it binds.
+    let err = ValidConfig::from_settings(Settings {
+        node_id: Some(1),
+        bind: Some("127.0.0.1".parse().unwrap()),
+        peers: Some(vec!["1=10.0.0.1:7848".into(), "2=10.0.0.2:7848".into()]),
+        ..Settings::default()
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("it binds 127.0.0.1"), "{err}");
+}
+
+#[test]
 fn peers_parse_with_an_optional_dc_and_bad_ones_are_refused_by_name() {
     let with = |peers: &[&str]| {
         ValidConfig::from_settings(Settings {
@@ -155,7 +227,6 @@ fn peers_parse_with_an_optional_dc_and_bad_ones_are_refused_by_name() {
         "2",
         "x=10.0.0.2:7848",
         "0=10.0.0.2:7848",
-        "1=10.0.0.1:7848",
         "2=10.0.0.2",
         "2=:7848",
         "2=10.0.0.2:0",
@@ -164,6 +235,10 @@ fn peers_parse_with_an_optional_dc_and_bad_ones_are_refused_by_name() {
         assert!(err.contains("peer"), "{bad}: {err}");
     }
     let err = with(&["2=a:1", "2=b:1"]).unwrap_err().to_string();
+    assert!(err.contains("given twice"), "{err}");
+    let err = with(&["1=127.0.0.1:7848", "1=127.0.0.1:7848"])
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("given twice"), "{err}");
     assert!(ValidConfig::default().cluster.peers.is_empty());
     assert_eq!(ValidConfig::default().cluster.raft_port, 7848);

@@ -102,7 +102,10 @@ impl ValidConfig {
     /// Validates layered settings, filling defaults.
     pub fn from_settings(s: Settings) -> Result<Self, ConfigError> {
         let d = Self::default();
-        let dc = s.dc.clone().unwrap_or(d.dc);
+        let bind = s.bind.unwrap_or(d.bind);
+        let node_id = positive("node_id", s.node_id, d.node_id)?;
+        let (cluster, listed_dc) = ClusterConfig::read(&s, bind, node_id)?;
+        let dc = s.dc.clone().or(listed_dc).unwrap_or(d.dc);
         if dc.is_empty()
             || !dc
                 .chars()
@@ -121,8 +124,6 @@ impl ValidConfig {
             Some(port) => port,
             None => grpc_port_for(http_port)?,
         };
-        let bind = s.bind.unwrap_or(d.bind);
-        let node_id = positive("node_id", s.node_id, d.node_id)?;
         let data_dir = match &s.data_dir {
             Some(dir) if dir.as_os_str().is_empty() => {
                 return Err(invalid("data_dir", "must not be empty"))
@@ -135,7 +136,6 @@ impl ValidConfig {
             }
             other => other.clone(),
         };
-        let cluster = ClusterConfig::read(&s, bind, node_id)?;
         Ok(Self {
             bind,
             http_port,
