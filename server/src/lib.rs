@@ -52,7 +52,7 @@ mod grpc;
 mod hosts;
 mod http;
 pub mod member;
-mod metrics;
+pub mod metrics;
 pub mod node;
 mod ownership;
 mod probe;

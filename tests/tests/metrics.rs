@@ -3,6 +3,9 @@
 //! requests, pushes, native watches, writes, expiry, raft indexes and the
 //! registry sizes.
 //!
+//! A fresh node lists every family `metrics::FAMILIES` declares, and
+//! nothing undeclared is exported.
+//!
 //! The recorder is process-wide, so this file holds one test: in its own
 //! process nothing else moves the counters, and the deltas are exact.
 
@@ -13,6 +16,7 @@ use tokio::sync::mpsc;
 use understudy_proto::native::registry_client::RegistryClient;
 use understudy_proto::native::{change, watch_event, WatchRequest};
 use understudy_server::config::Settings;
+use understudy_server::metrics::{Kind, FAMILIES};
 use understudy_tests::nacos_grpc::{Answers, RawClient};
 use understudy_tests::{eventually, Server};
 
@@ -137,6 +141,32 @@ async fn every_metric_family_is_scraped_and_moves_under_known_traffic() -> anyho
     .await?;
     let client = reqwest::Client::new();
     let before = scrape(&client, &server, "/metrics").await;
+    // A fresh node lists every declared family, with the series known
+    // before any event at zero (commands are applied as the node forms
+    // its one-member cluster).
+    for f in FAMILIES {
+        assert_eq!(
+            before.families.get(f.name).map(String::as_str),
+            Some(f.kind.as_str()),
+            "{} is not listed by a fresh node",
+            f.name
+        );
+        for labels in f.zero {
+            let name = match f.kind {
+                Kind::Histogram => format!("{}_count", f.name),
+                _ => f.name.to_owned(),
+            };
+            let labels: BTreeMap<String, String> = labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            let value = before.series.get(&(name.clone(), labels.clone()));
+            let value = *value.unwrap_or_else(|| panic!("a fresh node has no {name}{labels:?}"));
+            if f.name != "understudy_commands_applied_total" {
+                assert_eq!(value, 0.0, "{name}{labels:?} on a fresh node");
+            }
+        }
+    }
     assert_eq!(
         before.sum("understudy_raft_role", &[("role", "leader")]),
         1.0
@@ -388,6 +418,13 @@ async fn every_metric_family_is_scraped_and_moves_under_known_traffic() -> anyho
             .map(String::as_str),
         Some("gauge")
     );
+    // Nothing was exported under an undeclared name.
+    for name in nacos.families.keys() {
+        assert!(
+            FAMILIES.iter().any(|f| f.name == *name),
+            "{name} is exported but not declared in FAMILIES"
+        );
+    }
     drop(subscriber);
     server.stop().await?;
     Ok(())
