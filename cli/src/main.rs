@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use understudy_server::cli::{Command as NodeCommand, ServeArgs};
-use understudy_server::{run, Listeners};
+use understudy_server::Listeners;
 
 /// jemalloc, not the system's malloc: it gives freed memory back and
 /// fragments less under the registry's many small allocations (measured
@@ -137,7 +137,11 @@ async fn serve(config: understudy_server::ValidConfig) -> anyhow::Result<()> {
     let listeners = Listeners::bind(&config)
         .await
         .with_context(|| format!("cannot bind {}:{}", config.bind, config.http_port))?;
-    run(config, listeners, shutdown_signal()).await?;
+    let faults = understudy_server::faults::LinkFaults::new(config.chaos.seed);
+    let serving = understudy_server::serve(config, listeners, faults).await?;
+    print!("{}", serving.banner());
+    shutdown_signal().await;
+    serving.stop().await?;
     Ok(())
 }
 

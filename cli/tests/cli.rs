@@ -325,3 +325,88 @@ fn sim_prints_every_node_and_serves_them() {
         "`sim --dc hz`: stderr does not name dc: {stderr}"
     );
 }
+
+#[test]
+fn the_banner_says_where_it_listens_how_to_point_a_client_and_what_is_not_default() {
+    let secret = "banner-secret-7f3a";
+    let mut node = Killed(
+        understudy()
+            .args(["--http-port", "0", "--grpc-port", "0", "--log", "warn"])
+            .args(["--cluster-secret", secret])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stdout = lines(node.0.stdout.take().unwrap());
+    let stderr = lines(node.0.stderr.take().unwrap());
+    let within = Duration::from_secs(30);
+    let deadline = Instant::now() + within;
+    let mut banner = Vec::new();
+    while !banner
+        .last()
+        .is_some_and(|l: &String| l.trim_start().starts_with("settings"))
+    {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match stdout.recv_timeout(left) {
+            Ok(line) => banner.push(line),
+            Err(e) => panic!(
+                "no settings line within {within:?} ({e}); stdout: {banner:#?}; stderr: {:?}",
+                stderr.try_iter().collect::<Vec<_>>()
+            ),
+        }
+    }
+    let text = banner.join("\n");
+    println!("{text}");
+    let after = |prefix: &str| -> String {
+        banner
+            .iter()
+            .find_map(|l| l.trim_start().strip_prefix(prefix))
+            .unwrap_or_else(|| panic!("no line starting {prefix:?} in:\n{text}"))
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    let http: SocketAddr = after("Nacos HTTP")
+        .trim_start_matches("http://")
+        .trim_end_matches("/nacos")
+        .parse()
+        .expect("the HTTP line names an address");
+    let grpc: SocketAddr = after("Nacos gRPC")
+        .parse()
+        .expect("the gRPC line names an address");
+    // Both listen where the banner says.
+    let mut conn = std::net::TcpStream::connect(http).expect("the HTTP address listens");
+    conn.write_all(
+        b"GET /nacos/v1/ns/instance/list?serviceName=x HTTP/1.0\r\nHost: localhost\r\n\r\n",
+    )
+    .unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200"),
+        "{answer}"
+    );
+    std::net::TcpStream::connect(grpc).expect("the gRPC address listens");
+    // How to point a Nacos client at it.
+    assert!(
+        text.contains(&format!("serverAddr=127.0.0.1:{}", http.port())),
+        "{text}"
+    );
+    // Ports 0 put gRPC elsewhere than HTTP + 1000: the banner says so.
+    assert!(text.contains("gRPC port offset"), "{text}");
+    // The settings that differ from the defaults (the gRPC port follows
+    // the HTTP port, a derived default), the secret unprinted.
+    let settings = banner.last().unwrap();
+    for shown in ["cluster_secret=(set)", "http_port=0", "log=warn"] {
+        assert!(settings.contains(shown), "{shown} missing: {settings}");
+    }
+    assert!(!text.contains(secret), "the secret was printed: {text}");
+    let errors: Vec<String> = stderr.try_iter().collect();
+    assert!(
+        !errors.iter().any(|l| l.contains(secret)),
+        "the secret was logged: {errors:?}"
+    );
+}

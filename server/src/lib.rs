@@ -129,6 +129,8 @@ pub struct Serving {
     kill: CancellationToken,
     grpc: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
     http: tokio::task::JoinHandle<std::io::Result<()>>,
+    http_address: std::net::SocketAddr,
+    grpc_address: std::net::SocketAddr,
 }
 
 impl std::fmt::Debug for Serving {
@@ -207,6 +209,8 @@ pub async fn serve(
         kill,
         grpc,
         http,
+        http_address: address,
+        grpc_address,
     })
 }
 
@@ -214,6 +218,94 @@ impl Serving {
     /// The node.
     pub fn node(&self) -> &Node {
         &self.node
+    }
+
+    /// What the binary prints once it serves: what listens where, how to
+    /// point a Nacos client at it, and the settings that differ from the
+    /// defaults (secrets as `(set)`).
+    pub fn banner(&self) -> String {
+        use std::fmt::Write as _;
+        let config = self.node.config();
+        let scheme = if config.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let (http, grpc) = (self.http_address, self.grpc_address);
+        // What a client on this host dials; a node bound to every address
+        // is reached at any of them.
+        let host = if http.ip().is_unspecified() {
+            "127.0.0.1".to_owned()
+        } else {
+            match http.ip() {
+                std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+                ip => ip.to_string(),
+            }
+        };
+        let storage = match &config.data_dir {
+            Some(dir) => format!("durable in {}", dir.display()),
+            None => "in memory".to_owned(),
+        };
+        let members = match config.cluster.peers.len() {
+            0 => "a single node".to_owned(),
+            n => format!("one of {} members", n + 1),
+        };
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "understudy {} — node {} in dc {}, {members}, {storage}",
+            env!("CARGO_PKG_VERSION"),
+            config.node_id,
+            config.dc
+        );
+        let _ = writeln!(
+            out,
+            "  Nacos HTTP  {scheme}://{http}/nacos  (v1, v2, v3 APIs; console at {scheme}://{host}:{}/)",
+            http.port()
+        );
+        let _ = writeln!(
+            out,
+            "  Nacos gRPC  {grpc}  (Nacos 2.x and 3.x clients; understudy's native watch API)"
+        );
+        if !config.cluster.peers.is_empty() {
+            let _ = writeln!(
+                out,
+                "  raft        {} (advertised as {}), members {}",
+                std::net::SocketAddr::new(config.bind, config.cluster.raft_port),
+                config.cluster.advertise,
+                config
+                    .cluster
+                    .peers
+                    .iter()
+                    .map(|(id, m)| format!("{id}={}", m.raft_addr))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
+        }
+        let _ = writeln!(
+            out,
+            "  Nacos clients: serverAddr={host}:{} (Java `serverAddr`, nacos-sdk-python `SERVER_ADDRESSES`, Go `ServerConfig{{IpAddr, Port}}`)",
+            http.port()
+        );
+        if grpc.port().checked_sub(http.port()) != Some(1000) {
+            let _ = writeln!(
+                out,
+                "  the gRPC port is not the HTTP port + 1000, which Nacos 2.x clients assume: set the client's gRPC port offset to {} (Java `nacos.server.grpc.port.offset`)",
+                i32::from(grpc.port()) - i32::from(http.port())
+            );
+        }
+        let changed = config.changed_settings();
+        if changed.is_empty() {
+            let _ = writeln!(out, "  settings: all at their defaults");
+        } else {
+            let listed: Vec<String> = changed.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let _ = writeln!(
+                out,
+                "  settings not at their defaults: {}",
+                listed.join(" ")
+            );
+        }
+        out
     }
 
     /// Stops as a crash would look from outside: every port closes and

@@ -604,3 +604,48 @@ fn the_configuration_reference_lists_every_setting_as_declared() {
         }
     }
 }
+
+#[test]
+fn changed_settings_lists_what_differs_from_the_defaults_without_secrets() {
+    assert_eq!(ValidConfig::default().changed_settings(), []);
+    let config = ValidConfig::from_settings(Settings {
+        http_port: Some(8849),
+        log: Some("debug".into()),
+        cluster_secret: Some("hunter22".into()),
+        auth_token_secret: Some("0123456789abcdef0123456789abcdef".into()),
+        users: Some(vec![UserSetting {
+            name: "root".into(),
+            password_hash: "$2b$04$ZyKyjHE75QJ0aJEkUuInLeXiTJpnrTP5g/Wr0kVlSiKKpMakGPZTa".into(),
+            admin: true,
+        }]),
+        peers: Some(vec!["2=127.0.0.1:7849".into()]),
+        ..Settings::default()
+    })
+    .unwrap();
+    let changed = config.changed_settings();
+    let shown: Vec<(&str, &str)> = changed
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    // The gRPC port follows the HTTP port (derived, so not listed).
+    assert_eq!(
+        shown,
+        [
+            ("auth_token_secret", "(set)"),
+            ("cluster_secret", "(set)"),
+            ("http_port", "8849"),
+            ("log", "debug"),
+            ("peers", "2=127.0.0.1:7849"),
+            ("users", "root"),
+        ]
+    );
+    let moved = ValidConfig::from_settings(Settings {
+        grpc_port: Some(9000),
+        ..Settings::default()
+    })
+    .unwrap();
+    assert_eq!(
+        moved.changed_settings(),
+        [("grpc_port".to_owned(), "9000".to_owned())]
+    );
+}

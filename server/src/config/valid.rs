@@ -81,7 +81,8 @@ impl Default for ValidConfig {
             grpc_port: grpc_port_for(http_port).expect("the default HTTP port has a gRPC port"),
             node_id: 1,
             dc: "dc1".to_owned(),
-            log: "info".to_owned(),
+            // openraft logs its state machine at info: a page per election.
+            log: "info,openraft=warn".to_owned(),
             data_dir: None,
             shutdown_grace: Duration::from_secs(5),
             registry: RegistryOptions::default(),
@@ -158,6 +159,53 @@ impl ValidConfig {
             auth: AuthConfig::read(&s)?,
             probes: ProbeConfig::read(&s)?,
         })
+    }
+
+    /// The settings this configuration gives other values than the
+    /// defaults, by key, as the config file would write them: secrets as
+    /// `(set)`, users by name, a derived default (the gRPC port at HTTP +
+    /// 1000, the raft address at the bind address) only when it is not
+    /// the derived value. What the startup banner prints.
+    pub fn changed_settings(&self) -> Vec<(String, String)> {
+        let table = |config: &Self| {
+            toml::Table::try_from(config.to_settings()).expect("settings serialize as a TOML table")
+        };
+        let (mine, defaults) = (table(self), table(&Self::default()));
+        let derived = |key: &str| match key {
+            "grpc_port" => grpc_port_for(self.http_port).ok() == Some(self.grpc_port),
+            "raft_advertise" => {
+                std::net::SocketAddr::new(self.bind, self.cluster.raft_port).to_string()
+                    == self.cluster.advertise
+            }
+            _ => false,
+        };
+        let keys: std::collections::BTreeSet<&String> =
+            mine.keys().chain(defaults.keys()).collect();
+        keys.into_iter()
+            .filter(|key| mine.get(*key) != defaults.get(*key) && !derived(key))
+            .map(|key| {
+                let shown = match (key.as_str(), mine.get(key)) {
+                    (_, None) => "none".to_owned(),
+                    ("cluster_secret" | "auth_token_secret", Some(_)) => "(set)".to_owned(),
+                    ("users", Some(toml::Value::Array(users))) => users
+                        .iter()
+                        .filter_map(|user| user.get("name").and_then(toml::Value::as_str))
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    (_, Some(toml::Value::String(text))) => text.clone(),
+                    (_, Some(toml::Value::Array(items))) => items
+                        .iter()
+                        .map(|item| match item {
+                            toml::Value::String(text) => text.clone(),
+                            other => other.to_string(),
+                        })
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    (_, Some(other)) => other.to_string(),
+                };
+                (key.clone(), shown)
+            })
+            .collect()
     }
 
     /// This configuration as settings: every key set, so that validating
