@@ -15,6 +15,8 @@
 //! - provider sessions (`session`): [`Client::register`] keeps instances
 //!   alive on a native session and registers them again after reconnects,
 //!   with the provider's start time in their metadata (`metadata`);
+//! - [`discover`]: a directory as tower's service discovery, for
+//!   `tower::balance` and tonic's balanced channel;
 //! - [`cluster`]: what a consumer does on each call: routers, load
 //!   balancers, cluster strategies, statistics and breakers, limits, the
 //!   retry budget, deadlines; and the provider's side (execute limit,
@@ -30,6 +32,7 @@ mod client;
 pub mod cluster;
 mod connection;
 mod directory;
+pub mod discover;
 mod error;
 mod metadata;
 mod session;
