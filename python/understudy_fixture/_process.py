@@ -172,14 +172,16 @@ def _wait(process: _Process, ready, what: str, deadline: float, timeout: float):
     while True:
         if not process.running():
             raise process.failure(
-                f"understudy exited with code {process.popen.returncode} "
-                f"while waiting for: {what}"
+                f"understudy exited with code {process.popen.returncode} before it was "
+                f"ready (waiting for: {what})"
             )
         result = ready()
         if result:
             return result
         if time.monotonic() > deadline:
-            failure = process.failure(f"understudy: no {what} within {timeout:g} s")
+            failure = process.failure(
+                f"understudy was not ready within {timeout:g} s (waiting for: {what})"
+            )
             process.stop(grace=2.0)
             raise failure
         time.sleep(0.05)
