@@ -18,12 +18,14 @@
 //!   the raft links;
 //! - `run`: the run itself: start the sim, the workloads, apply the
 //!   timeline, stop, judge;
-//! - [`report`]: `report.json` and `report.md`.
+//! - [`report`]: `report.json` and `report.md`;
+//! - [`chart`]: the SVG charts beside them.
 //!
 //! The rig is a library as well as a command: a test builds a
 //! [`Scenario`] in code and gets the [`Report`] back from [`run`].
 
 pub mod callnet;
+pub mod chart;
 mod consumer;
 mod nacos;
 mod observe;
@@ -40,9 +42,10 @@ use std::sync::{Mutex, PoisonError};
 use clap::{Args, Subcommand};
 use hdrhistogram::Histogram;
 
+pub use chart::Chart;
 pub use consumer::{arrivals, Arrival};
 pub use provider::SERVING;
-pub use report::{ConsumerReport, Report, StaleWindow};
+pub use report::{ConsumerReport, OverTime, Report, StaleWindow, ZoneOverTime};
 pub use run::run;
 pub use scenario::{Action, Scenario, ScenarioError, Step};
 pub use workload::SERVICE;
@@ -75,7 +78,9 @@ pub struct RunArgs {
     /// Use this seed instead of the scenario's.
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Write report.json and report.md here [default: target/chaos/NAME].
+    /// Write report.json, report.md and the charts (lag.svg, and
+    /// consumers.svg when the scenario has consumers) here [default:
+    /// target/chaos/NAME].
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Log filter.
@@ -174,6 +179,9 @@ pub async fn main(args: RunArgs) -> Result<bool, ChaosError> {
     write(out.join("report.json"), &json)?;
     let md = report.markdown();
     write(out.join("report.md"), md.as_bytes())?;
+    for chart in report.charts() {
+        write(out.join(chart.file), chart.svg.as_bytes())?;
+    }
     println!("{md}");
     println!("report: {}", out.join("report.json").display());
     Ok(report.passed())

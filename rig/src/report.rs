@@ -5,10 +5,14 @@
 //! (per consumer zone: calls, errors, same-zone share, failures during
 //! provider faults, "no provider", calls to instances already removed,
 //! latency, the return to the zone after a restore; per DC: how long a
-//! dead provider stayed in its consumers' directories). `report.json`
-//! is this in camelCase; `report.md` renders it for people.
+//! dead provider stayed in its consumers' directories), and the run over
+//! time, window by window ([`OverTime`]: view lag per DC, same-zone share
+//! and error rate per consumer zone). `report.json` is this in camelCase;
+//! `report.md` renders it for people, with the charts of
+//! [`chart`](crate::chart) beside it.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde::Serialize;
 use understudy_server::raft::NodeId;
@@ -125,6 +129,58 @@ pub struct Report {
     pub provider_faults: Vec<ProviderFault>,
     /// Each lossy call-network link's first loss draws.
     pub call_loss_patterns: BTreeMap<String, String>,
+    /// The run window by window: what the charts draw.
+    pub over_time: OverTime,
+}
+
+/// The workload's length cut into equal windows from its start, and what
+/// was seen in each. Window `k` covers `[k·windowMs, (k+1)·windowMs)`;
+/// every series has one value per window, `None` where there was nothing
+/// to measure.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OverTime {
+    /// Each window's width, ms.
+    pub window_ms: u64,
+    /// Per DC, the highest view lag sampled on its live nodes (every
+    /// 20 ms) in each window, ms.
+    pub view_lag_ms: BTreeMap<String, Vec<Option<f64>>>,
+    /// Per consumer zone, its calls by the window they started in.
+    pub consumers: BTreeMap<String, ZoneOverTime>,
+}
+
+/// One consumer zone's calls, window by window (by when each call
+/// started). Shares and rates are fractions from 0 to 1.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ZoneOverTime {
+    /// Calls started.
+    pub calls: Vec<u64>,
+    /// Of those, the share that failed.
+    pub error_rate: Vec<Option<f64>>,
+    /// Of those answered, the share served in the caller's zone.
+    pub same_zone_share: Vec<Option<f64>>,
+}
+
+impl OverTime {
+    /// The window for a workload of `duration`: about 200 windows, a
+    /// multiple of 50 ms, at least 100 ms.
+    pub fn window_for(duration: Duration) -> Duration {
+        let per = (duration.as_millis() as u64).div_ceil(200);
+        Duration::from_millis(per.div_ceil(50).max(2) * 50)
+    }
+
+    /// How many windows of `window` cover `duration` (at least one).
+    pub fn windows(duration: Duration, window: Duration) -> usize {
+        (duration.as_millis() as u64)
+            .div_ceil(window.as_millis().max(1) as u64)
+            .max(1) as usize
+    }
+}
+
+/// `part / all` rounded to 4 decimals, `None` when `all` is 0.
+pub(crate) fn fraction(part: u64, all: u64) -> Option<f64> {
+    (all > 0).then(|| (part as f64 / all as f64 * 10_000.0).round() / 10_000.0)
 }
 
 /// What one zone's consumers saw. Shares and rates are fractions from 0
@@ -233,6 +289,7 @@ impl Report {
                 r.register_to_visible.max_ms
             ));
         }
+        md.push_str(&self.image(crate::chart::LAG));
         let w = &self.writes;
         md.push_str(&format!(
             "\n| writes acknowledged | refused | unknown | **lost** | watcher events | **missed** | reconnects |\n\
@@ -272,6 +329,16 @@ impl Report {
 }
 
 impl Report {
+    /// The markdown image of the chart written to `file`, when the report
+    /// has that chart.
+    fn image(&self, file: &str) -> String {
+        self.charts()
+            .iter()
+            .find(|c| c.file == file)
+            .map(|c| format!("\n![{}]({})\n", c.alt, c.file))
+            .unwrap_or_default()
+    }
+
     fn consumers_markdown(&self) -> String {
         let mut md = String::new();
         if self.consumers.is_empty() {
@@ -309,6 +376,7 @@ impl Report {
                 },
             ));
         }
+        md.push_str(&self.image(crate::chart::CONSUMERS));
         if !self.stale_window.is_empty() {
             md.push_str(
                 "\n| DC | dead providers still listed: count | p50 | max |\n|---|---:|---:|---:|\n",

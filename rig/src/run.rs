@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use understudy_server::raft::NodeId;
 use understudy_server::sim::{Sim, SimSpec};
 
-use crate::report::{AppliedStep, Convergence, Report};
+use crate::report::{AppliedStep, Convergence, OverTime, Report};
 use crate::serving::Serving;
 use crate::workload::{converge, sim_views, Targets, Workload};
 use crate::{lock, Action, ChaosError, Scenario};
@@ -44,9 +44,10 @@ pub async fn run(scenario: &Scenario, scale: f64) -> Result<Report, ChaosError> 
         None
     };
     let start = Instant::now();
-    workload.start(scenario, &sim);
+    let window = OverTime::window_for(scenario.duration);
+    workload.start(scenario, &sim, start, window);
     if let Some(serving) = &mut serving {
-        serving.begin(start);
+        serving.begin(start, window, OverTime::windows(scenario.duration, window));
     }
 
     // The timeline.
@@ -108,7 +109,7 @@ pub async fn run(scenario: &Scenario, scale: f64) -> Result<Report, ChaosError> 
     )
     .await
     .is_some();
-    let (dcs, writes, watch) = workload.finish().await?;
+    let finished = workload.finish().await?;
     let loss_patterns = sim
         .faults()
         .loss_patterns()
@@ -122,9 +123,9 @@ pub async fn run(scenario: &Scenario, scale: f64) -> Result<Report, ChaosError> 
         scale,
         nodes,
         duration_ms: scenario.duration.as_millis() as u64,
-        dcs,
-        writes,
-        watch,
+        dcs: finished.dcs,
+        writes: finished.writes,
+        watch: finished.watch,
         converge: converge_report,
         schedule,
         loss_patterns,
@@ -141,6 +142,14 @@ pub async fn run(scenario: &Scenario, scale: f64) -> Result<Report, ChaosError> 
             .as_ref()
             .map(|j| j.provider_faults.clone())
             .unwrap_or_default(),
+        over_time: OverTime {
+            window_ms: window.as_millis() as u64,
+            view_lag_ms: finished.view_lag_ms,
+            consumers: judged
+                .as_ref()
+                .map(|j| j.over_time.clone())
+                .unwrap_or_default(),
+        },
         call_loss_patterns: judged.map(|j| j.call_loss_patterns).unwrap_or_default(),
     })
 }

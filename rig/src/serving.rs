@@ -1,7 +1,7 @@
 //! The serving half of a run: providers, consumers, the call network and
 //! the observers, started before the timeline, acted on by its provider
 //! faults and call-link changes, and judged at the end into the report's
-//! `consumers`, `staleWindow` and `providerFaults`.
+//! `consumers`, `staleWindow`, `providerFaults` and `overTime.consumers`.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -17,7 +17,7 @@ use crate::callnet::CallNet;
 use crate::consumer::{Consumer, Failure, Record};
 use crate::observe::RegistryTimeline;
 use crate::provider::{Providers, RegistryNode};
-use crate::report::{ConsumerReport, ProviderFault, StaleWindow};
+use crate::report::{fraction, ConsumerReport, ProviderFault, StaleWindow, ZoneOverTime};
 use crate::{histogram, lock, Action, ChaosError, Scenario};
 
 /// A provider fault as applied: which provider, what, from when to when
@@ -49,6 +49,8 @@ pub(crate) struct Serving {
     spans: Arc<Mutex<Vec<Span>>>,
     restores: Vec<Duration>,
     start: Option<Instant>,
+    /// The report's windows: their width and how many.
+    windows: (Duration, usize),
 }
 
 impl Serving {
@@ -128,12 +130,15 @@ impl Serving {
             spans: Arc::default(),
             restores: Vec::new(),
             start: None,
+            windows: (Duration::from_secs(1), 1),
         })
     }
 
-    /// Starts the consumers' calls, timed from `start`.
-    pub(crate) fn begin(&mut self, start: Instant) {
+    /// Starts the consumers' calls, timed from `start`; they are told
+    /// over time in `count` windows of `window`.
+    pub(crate) fn begin(&mut self, start: Instant, window: Duration, count: usize) {
         self.start = Some(start);
+        self.windows = (window, count);
         for consumer in self.consumers.drain(..) {
             let records = self
                 .zones
@@ -252,6 +257,13 @@ impl Serving {
             .iter()
             .map(|z| judge_zone(&z.zone, &lock(&z.records), &in_fault, restore))
             .collect();
+        let mut over_time = BTreeMap::new();
+        for z in &self.zones {
+            // A zone's calls are all in its first group's records.
+            over_time.entry(z.zone.clone()).or_insert_with(|| {
+                zone_over_time(&lock(&z.records), self.windows.0, self.windows.1)
+            });
+        }
 
         // Deaths (kills and pauses) against each DC's directories.
         let mut windows: BTreeMap<String, Histogram<u64>> = BTreeMap::new();
@@ -317,6 +329,7 @@ impl Serving {
             stale_window,
             provider_faults: faults,
             call_loss_patterns: self.net.loss_patterns(),
+            over_time,
         }
     }
 }
@@ -327,6 +340,33 @@ pub(crate) struct Judged {
     pub(crate) stale_window: BTreeMap<String, StaleWindow>,
     pub(crate) provider_faults: Vec<ProviderFault>,
     pub(crate) call_loss_patterns: BTreeMap<String, String>,
+    /// Per zone, its calls window by window.
+    pub(crate) over_time: BTreeMap<String, ZoneOverTime>,
+}
+
+/// One zone's calls by the window (of `count` of `window`) they started
+/// in: how many, the share that failed, the share of the answered ones
+/// served in the zone.
+fn zone_over_time(records: &[Record], window: Duration, count: usize) -> ZoneOverTime {
+    // Per window: calls, failed, answered, answered in the zone.
+    let mut tally = vec![(0u64, 0u64, 0u64, 0u64); count];
+    for r in records {
+        let k = (r.at.as_micros() / window.as_micros().max(1)) as usize;
+        let Some(t) = tally.get_mut(k) else { continue };
+        t.0 += 1;
+        match r.outcome {
+            Ok(same_zone) => {
+                t.2 += 1;
+                t.3 += u64::from(same_zone);
+            }
+            Err(_) => t.1 += 1,
+        }
+    }
+    ZoneOverTime {
+        calls: tally.iter().map(|t| t.0).collect(),
+        error_rate: tally.iter().map(|t| fraction(t.1, t.0)).collect(),
+        same_zone_share: tally.iter().map(|t| fraction(t.3, t.2)).collect(),
+    }
 }
 
 fn share(part: usize, all: usize) -> f64 {
@@ -468,5 +508,22 @@ mod tests {
             judge_zone("hz", &records, &in_fault, None).back_in_zone_after_restore_ms,
             None
         );
+    }
+
+    #[test]
+    fn a_zones_calls_are_told_window_by_window() {
+        let records = [
+            call(100, Ok(true), true),
+            call(900, Ok(false), true),
+            call(1200, Err(Failure::Timeout), true),
+            call(1500, Ok(true), true),
+            call(2100, Err(Failure::NoProvider), false),
+            // Past the last window: left out.
+            call(3100, Ok(true), true),
+        ];
+        let z = zone_over_time(&records, Duration::from_secs(1), 3);
+        assert_eq!(z.calls, [2, 2, 1]);
+        assert_eq!(z.error_rate, [Some(0.0), Some(0.5), Some(1.0)]);
+        assert_eq!(z.same_zone_share, [Some(0.5), Some(1.0), None]);
     }
 }

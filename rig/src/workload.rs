@@ -3,7 +3,8 @@
 //! of their DC (another node when theirs is killed), and watchers that
 //! follow the service over the native watch API on a node of their DC,
 //! resuming with their token when they must move. A sampler reads every
-//! node's view lag every 20 ms. At the end, [`Workload::finish`] checks
+//! node's view lag every 20 ms, into each DC's histogram and the highest
+//! per window of the report's `overTime`. At the end, [`Workload::finish`] checks
 //! every acknowledged write against every live node and every watcher's
 //! list against the registry's.
 
@@ -23,7 +24,7 @@ use understudy_server::raft::NodeId;
 use understudy_server::sim::Sim;
 use understudy_server::view::DelaySummary;
 
-use crate::report::{DcReport, WatchReport, WriteReport};
+use crate::report::{DcReport, OverTime, WatchReport, WriteReport};
 use crate::{histogram, lock, ChaosError, Scenario};
 
 /// The service the registry workload uses.
@@ -126,6 +127,7 @@ pub(crate) struct Workload {
     providers: Vec<tokio::task::JoinHandle<()>>,
     writes: Arc<Mutex<Vec<Write>>>,
     lags: Arc<Mutex<BTreeMap<String, Histogram<u64>>>>,
+    lag_windows: Arc<Mutex<LagWindows>>,
     sampler: Option<tokio::task::JoinHandle<()>>,
     stop_watchers: CancellationToken,
     stop_providers: CancellationToken,
@@ -172,6 +174,7 @@ impl Workload {
             providers: Vec::new(),
             writes: Arc::default(),
             lags: Arc::default(),
+            lag_windows: Arc::default(),
             sampler: None,
             stop_watchers,
             stop_providers: CancellationToken::new(),
@@ -179,12 +182,26 @@ impl Workload {
         })
     }
 
-    /// Starts the view-lag sampler and the churning providers.
-    pub(crate) fn start(&mut self, scenario: &Scenario, sim: &Sim) {
+    /// Starts the view-lag sampler, its windows of `window` from `start`,
+    /// and the churning providers.
+    pub(crate) fn start(
+        &mut self,
+        scenario: &Scenario,
+        sim: &Sim,
+        start: Instant,
+        window: Duration,
+    ) {
+        *lock(&self.lag_windows) = LagWindows {
+            start: Some(start),
+            window,
+            count: OverTime::windows(scenario.duration, window),
+            highest: BTreeMap::new(),
+        };
         self.sampler = Some(tokio::spawn(sample(
             sim_views(sim),
             self.targets.killed.clone(),
             self.lags.clone(),
+            self.lag_windows.clone(),
             self.stop_sampler.clone(),
         )));
         for (dc_index, (dc, _)) in scenario.dcs.iter().enumerate() {
@@ -215,13 +232,12 @@ impl Workload {
     /// Stops the sampler; then checks every acknowledged write against
     /// every live node, and waits (up to 10 s) for the watchers to settle
     /// on the registry's list before judging them.
-    pub(crate) async fn finish(
-        mut self,
-    ) -> Result<(BTreeMap<String, DcReport>, WriteReport, WatchReport), ChaosError> {
+    pub(crate) async fn finish(mut self) -> Result<Finished, ChaosError> {
         self.stop_sampler.cancel();
         if let Some(sampler) = self.sampler.take() {
             let _ = sampler.await;
         }
+        let view_lag_ms = lock(&self.lag_windows).series();
         let writes = std::mem::take(&mut *lock(&self.writes));
         let expected = expected_state(&writes);
         let mut lists = BTreeMap::new();
@@ -317,15 +333,74 @@ impl Workload {
         for (dc, h) in r2v {
             dcs.entry(dc).or_default().register_to_visible = DelaySummary::of_micros(&h);
         }
-        Ok((dcs, report_writes, watch_report))
+        Ok(Finished {
+            dcs,
+            writes: report_writes,
+            watch: watch_report,
+            view_lag_ms,
+        })
     }
 }
 
-/// Samples every live node's view lag every 20 ms into its DC's histogram.
+/// The registry workload's part of the report.
+pub(crate) struct Finished {
+    pub(crate) dcs: BTreeMap<String, DcReport>,
+    pub(crate) writes: WriteReport,
+    pub(crate) watch: WatchReport,
+    /// The report's `overTime.viewLagMs`.
+    pub(crate) view_lag_ms: BTreeMap<String, Vec<Option<f64>>>,
+}
+
+/// The highest view lag sampled per DC in each window of the workload.
+#[derive(Debug, Default)]
+struct LagWindows {
+    start: Option<Instant>,
+    window: Duration,
+    count: usize,
+    /// Per DC, per window, µs (0: no sample).
+    highest: BTreeMap<String, Vec<u64>>,
+}
+
+impl LagWindows {
+    /// Records a sample of `dc` taken at `at`; one past the last window is
+    /// left out.
+    fn record(&mut self, dc: &str, at: Instant, us: u64) {
+        let Some(start) = self.start else { return };
+        let k = (at.saturating_duration_since(start).as_micros() / self.window.as_micros().max(1))
+            as usize;
+        if k >= self.count {
+            return;
+        }
+        let count = self.count;
+        let windows = self
+            .highest
+            .entry(dc.to_owned())
+            .or_insert_with(|| vec![0; count]);
+        windows[k] = windows[k].max(us);
+    }
+
+    /// Per DC, per window, ms to a tenth; `None` where nothing was sampled.
+    fn series(&self) -> BTreeMap<String, Vec<Option<f64>>> {
+        self.highest
+            .iter()
+            .map(|(dc, windows)| {
+                let values = windows
+                    .iter()
+                    .map(|us| (*us > 0).then(|| (*us as f64 / 100.0).round() / 10.0))
+                    .collect();
+                (dc.clone(), values)
+            })
+            .collect()
+    }
+}
+
+/// Samples every live node's view lag every 20 ms into its DC's histogram
+/// and windows.
 async fn sample(
     views: Vec<(NodeId, String, understudy_server::Node)>,
     killed: Arc<Mutex<BTreeSet<NodeId>>>,
     lags: Arc<Mutex<BTreeMap<String, Histogram<u64>>>>,
+    windows: Arc<Mutex<LagWindows>>,
     stop: CancellationToken,
 ) {
     let mut ticker = tokio::time::interval(Duration::from_millis(20));
@@ -335,7 +410,9 @@ async fn sample(
             _ = ticker.tick() => {}
         }
         let killed = lock(&killed).clone();
+        let now = Instant::now();
         let mut lags = lock(&lags);
+        let mut windows = lock(&windows);
         for (id, dc, node) in &views {
             if killed.contains(id) {
                 continue;
@@ -343,6 +420,7 @@ async fn sample(
             if let Some(lag) = node.view().lag() {
                 let us = (lag.as_micros() as u64).max(1);
                 let _ = lags.entry(dc.clone()).or_insert_with(histogram).record(us);
+                windows.record(dc, now, us);
             }
         }
     }

@@ -1,8 +1,10 @@
 //! The shipped chaos scenarios, shortened, against in-process sim
 //! clusters: each report must show nothing acknowledged lost, no watcher
-//! event missed and every heal converged; and a scenario run twice with
-//! one seed applies the same fault schedule and the same loss draws.
+//! event missed and every heal converged, and its view lag chart must
+//! draw every DC and mark every applied action; and a scenario run twice
+//! with one seed applies the same fault schedule and the same loss draws.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use understudy_rig::{run, Report, Scenario};
@@ -15,8 +17,8 @@ fn scenario(file: &str) -> Scenario {
     Scenario::parse(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// Runs a scenario scaled down, prints its report and saves it under
-/// `target/chaos-ci/`.
+/// Runs a scenario scaled down, prints its report and saves it (with its
+/// charts) under `target/chaos-ci/`.
 async fn run_short(scenario: &Scenario, scale: f64) -> Report {
     let report = run(&scenario.scaled(scale), scale)
         .await
@@ -32,8 +34,105 @@ async fn run_short(scenario: &Scenario, scale: f64) -> Report {
             dir.join("report.json"),
             serde_json::to_vec_pretty(&report).expect("a report serialises"),
         );
+        for chart in report.charts() {
+            let _ = std::fs::write(dir.join(chart.file), &chart.svg);
+        }
     }
     report
+}
+
+/// An element's name and attributes.
+type Element = (String, BTreeMap<String, String>);
+
+/// The elements of an XML document in order, or where it is not
+/// well-formed: a tag left open or closed out of order, an attribute
+/// value unquoted. Enough for the charts, which have no comments,
+/// processing instructions or CDATA.
+fn elements(xml: &str) -> Result<Vec<Element>, String> {
+    let mut out = Vec::new();
+    let mut open: Vec<String> = Vec::new();
+    let mut rest = xml;
+    while let Some(lt) = rest.find('<') {
+        let gt = rest[lt..].find('>').ok_or("a tag never closed")? + lt;
+        let tag = &rest[lt + 1..gt];
+        rest = &rest[gt + 1..];
+        if let Some(name) = tag.strip_prefix('/') {
+            match open.pop() {
+                Some(o) if o == name => continue,
+                o => return Err(format!("</{name}> closes {o:?}")),
+            }
+        }
+        let (tag, empty) = match tag.strip_suffix('/') {
+            Some(t) => (t, true),
+            None => (tag, false),
+        };
+        let (name, mut attrs) = tag.split_once(' ').unwrap_or((tag, ""));
+        let mut parsed = BTreeMap::new();
+        while !attrs.trim_start().is_empty() {
+            let (key, after) = attrs
+                .trim_start()
+                .split_once("=\"")
+                .ok_or_else(|| format!("<{name}>: {attrs}"))?;
+            let (value, after) = after.split_once('"').ok_or("a value never closed")?;
+            let value = value
+                .replace("&lt;", "<")
+                .replace("&gt;", ">")
+                .replace("&quot;", "\"")
+                .replace("&apos;", "'")
+                .replace("&amp;", "&");
+            parsed.insert(key.to_owned(), value);
+            attrs = after;
+        }
+        if !empty {
+            open.push(name.to_owned());
+        }
+        out.push((name.to_owned(), parsed));
+    }
+    if open.is_empty() {
+        Ok(out)
+    } else {
+        Err(format!("left open: {open:?}"))
+    }
+}
+
+/// The view lag chart draws one series per DC and marks each applied
+/// action once, with its text from the schedule.
+fn assert_charted(report: &Report) {
+    let charts = report.charts();
+    let lag = charts
+        .iter()
+        .find(|c| c.file == "lag.svg")
+        .expect("a lag chart");
+    let elements = elements(&lag.svg).unwrap_or_else(|e| panic!("lag.svg: {e}\n{}", lag.svg));
+    assert_eq!(elements.first().map(|(n, _)| n.as_str()), Some("svg"));
+    let groups = |class: &str, attr: &str| -> Vec<String> {
+        elements
+            .iter()
+            .filter(|(n, a)| n == "g" && a.get("class").is_some_and(|c| c == class))
+            .map(|(_, a)| a.get(attr).cloned().unwrap_or_default())
+            .collect()
+    };
+    let mut dcs: Vec<String> = report.nodes.values().cloned().collect();
+    dcs.dedup();
+    let mut series = groups("series", "data-dc");
+    series.sort();
+    dcs.sort();
+    assert_eq!(series, dcs, "one series per DC");
+    // Each series has a line: every DC's view was sampled.
+    for dc in &dcs {
+        assert!(
+            report.over_time.view_lag_ms[dc].iter().flatten().count() > 0,
+            "{dc}: no view lag sampled"
+        );
+    }
+    let applied: Vec<String> = report.schedule.iter().map(|s| s.action.clone()).collect();
+    assert!(!applied.is_empty());
+    assert_eq!(
+        groups("marker", "data-action"),
+        applied,
+        "one marker per applied action"
+    );
+    assert!(report.markdown().contains("![view lag per DC](lag.svg)"));
 }
 
 fn assert_kept_its_promises(report: &Report) {
@@ -64,6 +163,7 @@ fn assert_kept_its_promises(report: &Report) {
 async fn partition_heal_keeps_every_acknowledged_write_and_every_event() {
     let report = run_short(&scenario("partition-heal.chaos"), 0.25).await;
     assert_kept_its_promises(&report);
+    assert_charted(&report);
     // sh was cut off for a while: its writes were refused clearly and its
     // view fell behind; the heal converged quickly.
     assert!(
@@ -96,6 +196,7 @@ async fn partition_heal_keeps_every_acknowledged_write_and_every_event() {
 async fn lag_pause_keeps_every_acknowledged_write_and_every_event() {
     let report = run_short(&scenario("lag-pause.chaos"), 0.25).await;
     assert_kept_its_promises(&report);
+    assert_charted(&report);
     // bj syncs 300 ms late for most of the run: its view shows it.
     assert!(
         report.dcs["bj"].view_lag.p50_ms > report.dcs["hz"].view_lag.p50_ms + 150.0,
