@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -56,7 +57,7 @@ class _Process:
                 stdout=out,
                 stderr=err,
                 env=_child_env(env),
-                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+                preexec_fn=_die_with_parent_hook(),
             )
         _RUNNING.add(self)
 
@@ -105,15 +106,36 @@ def _stop_leftovers() -> None:
         process.stop(grace=2.0)
 
 
-def _die_with_parent() -> None:
-    # In the child before exec: SIGTERM it if the test process dies without
-    # stopping it (PR_SET_PDEATHSIG), so a killed test run leaks no node.
+def _pdeathsig():
+    """libc's prctl, looked up now: the child calls it between fork and exec,
+    where it must not import anything (another thread may hold a lock)."""
+    if not sys.platform.startswith("linux"):
+        return None
     try:
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
-    except Exception:
-        pass
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _pdeathsig()
+_PR_SET_PDEATHSIG = 1
+_SIGTERM = int(signal.SIGTERM)
+
+
+def _die_with_parent_hook():
+    # The child gets SIGTERM if the test process dies without stopping it, so
+    # a killed test run leaks no node. Only for a start from the main thread:
+    # the signal follows the thread that forked, and a worker thread may end
+    # long before the node should.
+    if _PRCTL is None or threading.current_thread() is not threading.main_thread():
+        return None
+
+    def hook() -> None:
+        _PRCTL(_PR_SET_PDEATHSIG, _SIGTERM)
+
+    return hook
 
 
 def _child_env(extra: Optional[Dict[str, str]]) -> Dict[str, str]:
@@ -248,7 +270,7 @@ class Node(_Addresses):
 def start_node(
     args: Iterable[str] = (),
     *,
-    timeout: float = 30.0,
+    timeout: float = 60.0,
     binary: Optional[str] = None,
     env: Optional[Dict[str, str]] = None,
 ) -> Node:
