@@ -470,3 +470,378 @@ async fn with_auth_on_the_console_asks_for_a_login() -> anyhow::Result<()> {
     server.stop().await?;
     Ok(())
 }
+
+/// Sets `field` of the form `form` to `value` (a JavaScript string).
+fn fill(form: &str, field: &str, value: &str) -> String {
+    format!(
+        "(() => {{ document.getElementById('{form}').elements['{field}'].value = {}; return true; }})()",
+        serde_json::to_string(value).expect("a string")
+    )
+}
+
+/// Clicks the element with id `id`.
+fn click(id: &str) -> String {
+    format!("(() => {{ document.getElementById('{id}').click(); return true; }})()")
+}
+
+/// Whether the config page shows the md5 of `content` (it has read the
+/// config again since it was published).
+fn shows_md5(content: &str) -> String {
+    format!(
+        "(document.getElementById('config-md5') || {{}}).textContent === '{}'",
+        understudy_core::content_md5(content)
+    )
+}
+
+/// The content of `app.yaml` as the server holds it, if it exists.
+async fn app_yaml(http: &reqwest::Client, server: &Server) -> Option<String> {
+    let reply = http
+        .get(
+            server.url(
+                "/nacos/v3/admin/cs/config?dataId=app.yaml&groupName=DEFAULT_GROUP&namespaceId=",
+            ),
+        )
+        .send()
+        .await
+        .ok()?;
+    if !reply.status().is_success() {
+        return None;
+    }
+    let answer: Value = reply.json().await.ok()?;
+    answer["data"]["content"].as_str().map(str::to_owned)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium (installed by .ci/run, or set UNDERSTUDY_CHROMIUM)"]
+async fn the_console_edits_configs_with_a_diff_rolls_back_and_lists_real_sdk_clients(
+) -> anyhow::Result<()> {
+    use nacos_sdk::api::config::{ConfigChangeListener, ConfigResponse, ConfigServiceBuilder};
+    use nacos_sdk::api::naming::{NamingChangeEvent, NamingEventListener, NamingServiceBuilder};
+    use nacos_sdk::api::props::ClientProps;
+
+    struct Ignore;
+    impl NamingEventListener for Ignore {
+        fn event(&self, _: std::sync::Arc<NamingChangeEvent>) {}
+    }
+    impl ConfigChangeListener for Ignore {
+        fn notify(&self, _: ConfigResponse) {}
+    }
+
+    let binary = chromium().context(NO_CHROMIUM)?;
+    // The Nacos port pair (P, P + 1000), for the real SDK below.
+    let server = Server::start_nacos(Settings::default()).await?;
+    let http = reqwest::Client::new();
+    let mut browser = Browser::start(&binary).await?;
+    let base = format!("http://{}", server.http);
+
+    // Create: the form, a review showing the whole text as added, publish.
+    browser.open(&format!("{base}/#/config?ns=&new=1")).await?;
+    browser
+        .wait_for(
+            "the new config form",
+            "!!document.getElementById('config-edit')",
+        )
+        .await?;
+    browser
+        .eval(&fill("config-edit", "dataId", "app.yaml"))
+        .await?;
+    browser.eval(&fill("config-edit", "type", "yaml")).await?;
+    browser
+        .eval(&fill("config-edit", "content", "a: 1\nb: 2"))
+        .await?;
+    browser.eval(&click("review")).await?;
+    browser
+        .wait_for("the review", "!!document.getElementById('diff')")
+        .await?;
+    browser.eval(&click("publish")).await?;
+    browser
+        .wait_for("the published config", &shows_md5("a: 1\nb: 2"))
+        .await?;
+    assert_eq!(
+        app_yaml(&http, &server).await.as_deref(),
+        Some("a: 1\nb: 2")
+    );
+
+    // Edit: the review shows the changed lines side by side.
+    browser
+        .eval(&fill("config-edit", "content", "a: 1\nb: 3\nc: 4"))
+        .await?;
+    browser.eval(&click("review")).await?;
+    browser
+        .wait_for("the diff", "!!document.getElementById('diff')")
+        .await?;
+    let diff = browser
+        .eval("JSON.stringify([...document.querySelectorAll('#diff tbody tr')].map(r => r.className + ' ' + [...r.cells].map(c => c.textContent).join('|')))")
+        .await?;
+    let diff: Vec<String> = serde_json::from_str(diff.as_str().unwrap())?;
+    assert_eq!(
+        diff,
+        [
+            "diff-same a: 1|a: 1",
+            "diff-change b: 2|b: 3",
+            "diff-add |c: 4"
+        ],
+        "{diff:?}"
+    );
+    browser.screenshot("config-diff").await?;
+    browser.eval(&click("publish")).await?;
+    browser
+        .wait_for("the edit published", &shows_md5("a: 1\nb: 3\nc: 4"))
+        .await?;
+    assert_eq!(
+        app_yaml(&http, &server).await.as_deref(),
+        Some("a: 1\nb: 3\nc: 4")
+    );
+
+    // Compare-and-set: a change made elsewhere since the page read the
+    // config is not overwritten.
+    let reply = http
+        .post(server.url("/nacos/v1/cs/configs"))
+        .form(&[
+            ("dataId", "app.yaml"),
+            ("group", "DEFAULT_GROUP"),
+            ("content", "x: 9"),
+        ])
+        .send()
+        .await?;
+    assert_eq!(reply.text().await?, "true");
+    browser
+        .eval(&fill("config-edit", "content", "a: 1\nb: 4"))
+        .await?;
+    browser.eval(&click("review")).await?;
+    browser
+        .wait_for("the review", "!!document.getElementById('publish')")
+        .await?;
+    browser.eval(&click("publish")).await?;
+    browser
+        .wait_for(
+            "the refusal",
+            "(document.getElementById('publish-error') || {}).textContent?.includes('changed since you opened it')",
+        )
+        .await?;
+    assert_eq!(app_yaml(&http, &server).await.as_deref(), Some("x: 9"));
+
+    // History: the first version, compared with what is published, and
+    // rolled back to.
+    let history: Value = http
+        .get(server.url("/nacos/v3/admin/cs/history/list?dataId=app.yaml&groupName=DEFAULT_GROUP&namespaceId=&pageNo=1&pageSize=50"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let mut first = None;
+    for item in history["data"]["pageItems"].as_array().unwrap() {
+        let nid = item["id"].as_str().unwrap();
+        let entry: Value = http
+            .get(server.url(&format!("/nacos/v3/admin/cs/history?dataId=app.yaml&groupName=DEFAULT_GROUP&namespaceId=&nid={nid}")))
+            .send()
+            .await?
+            .json()
+            .await?;
+        if entry["data"]["content"] == "a: 1\nb: 2" {
+            first = Some(nid.to_owned());
+        }
+    }
+    let first = first.context("the first version is in the history")?;
+    browser
+        .open(&format!(
+            "{base}/#/history?ns=&group=DEFAULT_GROUP&dataId=app.yaml&nid={first}"
+        ))
+        .await?;
+    browser
+        .wait_for(
+            "the history entry",
+            "!!document.getElementById('history-entry')",
+        )
+        .await?;
+    let rows = browser
+        .eval("document.querySelectorAll('#history tbody tr[data-nid]').length")
+        .await?;
+    assert!(rows.as_u64() >= Some(3), "{rows}");
+    let compared = browser
+        .eval("[...document.querySelectorAll('#history-entry #diff tbody tr')].map(r => r.className).join(' ')")
+        .await?;
+    assert!(
+        compared.as_str().unwrap().contains("diff-change"),
+        "{compared}"
+    );
+    browser.screenshot("config-history").await?;
+    browser.eval(&click("rollback")).await?;
+    browser
+        .wait_for(
+            "the rollback",
+            "(document.getElementById('config-message') || {}).textContent?.startsWith('rolled back')",
+        )
+        .await?;
+    assert_eq!(
+        app_yaml(&http, &server).await.as_deref(),
+        Some("a: 1\nb: 2")
+    );
+
+    // Listeners and subscribers: real nacos-sdk clients.
+    let props = || {
+        ClientProps::new()
+            .server_addr(server.http.to_string())
+            .app_name("console-test")
+            .naming_load_cache_at_start(false)
+            .env_first(false)
+    };
+    let config = ConfigServiceBuilder::new(props()).build().await?;
+    config
+        .add_listener(
+            "app.yaml".into(),
+            "DEFAULT_GROUP".into(),
+            std::sync::Arc::new(Ignore),
+        )
+        .await?;
+    let naming = NamingServiceBuilder::new(props()).build().await?;
+    naming
+        .subscribe("orders".into(), None, vec![], std::sync::Arc::new(Ignore))
+        .await?;
+    browser
+        .open(&format!(
+            "{base}/#/config?ns=&group=DEFAULT_GROUP&dataId=app.yaml"
+        ))
+        .await?;
+    // The SDK listens in the background: read the page again until it shows.
+    let listed = "document.querySelectorAll('#listeners tr[data-client]').length === 1";
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while browser.eval(listed).await? != json!(true) {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the SDK's listener never showed"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        browser.eval("render()").await?;
+    }
+    let listener = browser
+        .eval("document.querySelector('#listeners tr[data-client]').innerText")
+        .await?;
+    let listener = listener.as_str().unwrap();
+    assert!(
+        listener.contains("Nacos-Rust-Client") && listener.contains("node 1"),
+        "{listener}"
+    );
+    browser
+        .open(&format!(
+            "{base}/#/registry?ns=&group=DEFAULT_GROUP&service=orders"
+        ))
+        .await?;
+    browser
+        .wait_for(
+            "the SDK's subscription",
+            "document.querySelectorAll('#subscribers tr[data-client]').length === 1",
+        )
+        .await?;
+    let subscriber = browser
+        .eval("document.querySelector('#subscribers tr[data-client]').innerText")
+        .await?;
+    let subscriber = subscriber.as_str().unwrap();
+    assert!(
+        subscriber.contains("Nacos-Rust-Client") && subscriber.contains("console-test"),
+        "{subscriber}"
+    );
+    browser.screenshot("subscribers").await?;
+
+    // Delete, after a confirmation.
+    browser
+        .open(&format!(
+            "{base}/#/config?ns=&group=DEFAULT_GROUP&dataId=app.yaml"
+        ))
+        .await?;
+    browser
+        .wait_for("the config", "!!document.getElementById('delete')")
+        .await?;
+    browser.eval(&click("delete")).await?;
+    browser
+        .wait_for(
+            "the confirmation",
+            "!document.getElementById('confirm-delete').hidden",
+        )
+        .await?;
+    assert!(
+        app_yaml(&http, &server).await.is_some(),
+        "deleted before the confirmation"
+    );
+    browser.eval(&click("delete-yes")).await?;
+    browser
+        .wait_for(
+            "the config list",
+            "(document.getElementById('config-message') || {}).textContent?.startsWith('deleted')",
+        )
+        .await?;
+    assert_eq!(app_yaml(&http, &server).await, None);
+    drop((naming, config, browser));
+    server.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium (installed by .ci/run, or set UNDERSTUDY_CHROMIUM)"]
+async fn the_cluster_page_charts_lag_per_dc_with_a_partition_and_its_heal() -> anyhow::Result<()> {
+    use understudy_server::faults::LinkSpec;
+    use understudy_server::sim::{heartbeat_for, raft_timings, Sim, SimSpec};
+
+    let binary = chromium().context(NO_CHROMIUM)?;
+    let links: Vec<LinkSpec> = vec!["hz-sh=20ms".parse()?];
+    let spec = SimSpec {
+        dcs: vec![("hz".into(), 2), ("sh".into(), 1)],
+        links: links.clone(),
+        apply_delays: Default::default(),
+        seed: 3,
+        bind: "127.0.0.1".parse()?,
+        base_port: 0,
+        settings: Settings {
+            log: None,
+            ..raft_timings(heartbeat_for(links.iter().map(|l| l.link)))
+        },
+    };
+    let sim = Sim::start(&spec, Duration::from_secs(20)).await?;
+    let http_of = |id| sim.nodes()[&id].http;
+    let base = format!("http://{}", http_of(1));
+    let http = reqwest::Client::new();
+    let mut browser = Browser::start(&binary).await?;
+    browser.open(&format!("{base}/#/cluster")).await?;
+    browser
+        .wait_for(
+            "a series per DC",
+            "document.querySelectorAll('#lag-chart g.series').length === 2",
+        )
+        .await?;
+    let dcs = browser
+        .eval("[...document.querySelectorAll('#lag-chart g.series')].map(g => g.dataset.dc).join(',')")
+        .await?;
+    assert_eq!(dcs, json!("hz,sh"));
+
+    // A partition, then its heal, each marked on the time axis.
+    for (action, query) in [("partition", "?a=hz&b=sh"), ("heal", "")] {
+        let reply = http
+            .post(format!("{base}/understudy/v1/chaos/{action}{query}"))
+            .send()
+            .await?;
+        assert_eq!(reply.status(), 200, "{action}");
+        let marker = if action == "heal" {
+            "heal hz-sh"
+        } else {
+            "cut hz-sh"
+        };
+        browser
+            .wait_for(
+                marker,
+                &format!(
+                    "!!document.querySelector('#lag-chart g.marker[data-action=\"{marker}\"]')"
+                ),
+            )
+            .await?;
+        // Let the chart draw some time on either side.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+    let markers = browser
+        .eval("[...document.querySelectorAll('#lag-chart g.marker')].map(g => g.dataset.action).join(',')")
+        .await?;
+    assert_eq!(markers, json!("cut hz-sh,heal hz-sh"));
+    browser.screenshot("cluster-lag").await?;
+    drop(browser);
+    sim.stop().await;
+    Ok(())
+}

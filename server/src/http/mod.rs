@@ -190,6 +190,11 @@ pub fn router(node: Node) -> Router {
         .route("/console/style.css", get(console::style))
         .route("/understudy/v1/registry", get(console::registry))
         .route("/understudy/v1/registry/service", get(console::service))
+        .route(
+            "/understudy/v1/registry/subscribers",
+            get(console::subscribers),
+        )
+        .route("/understudy/v1/registry/listeners", get(console::listeners))
         .route("/understudy/v1/events", get(console::events))
         .route("/health", get(ops::health))
         .route("/ready", get(ops::ready))
