@@ -778,7 +778,8 @@ async fn the_console_edits_configs_with_a_diff_rolls_back_and_lists_real_sdk_cli
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Chromium (installed by .ci/run, or set UNDERSTUDY_CHROMIUM)"]
-async fn the_cluster_page_charts_lag_per_dc_with_a_partition_and_its_heal() -> anyhow::Result<()> {
+async fn the_cluster_page_charts_lag_per_dc_with_a_partition_and_its_heal_and_subscribers_are_cluster_wide(
+) -> anyhow::Result<()> {
     use understudy_server::faults::LinkSpec;
     use understudy_server::sim::{heartbeat_for, raft_timings, Sim, SimSpec};
 
@@ -841,6 +842,49 @@ async fn the_cluster_page_charts_lag_per_dc_with_a_partition_and_its_heal() -> a
         .await?;
     assert_eq!(markers, json!("cut hz-sh,heal hz-sh"));
     browser.screenshot("cluster-lag").await?;
+
+    // Subscribers cluster-wide: a real nacos-sdk client connected to node 3
+    // (sh) is listed on node 1's page, with the node that holds it.
+    struct Ignore;
+    impl nacos_sdk::api::naming::NamingEventListener for Ignore {
+        fn event(&self, _: std::sync::Arc<nacos_sdk::api::naming::NamingChangeEvent>) {}
+    }
+    let naming = nacos_sdk::api::naming::NamingServiceBuilder::new(
+        nacos_sdk::api::props::ClientProps::new()
+            .server_addr(http_of(3).to_string())
+            .app_name("sh-consumer")
+            .naming_load_cache_at_start(false)
+            .env_first(false),
+    )
+    .build()
+    .await?;
+    naming
+        .subscribe("orders".into(), None, vec![], std::sync::Arc::new(Ignore))
+        .await?;
+    browser
+        .open(&format!(
+            "{base}/#/registry?ns=&group=DEFAULT_GROUP&service=orders"
+        ))
+        .await?;
+    let listed = "document.querySelectorAll('#subscribers tr[data-client]').length === 1";
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while browser.eval(listed).await? != json!(true) {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "node 3's subscriber never showed on node 1's page"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        browser.eval("render()").await?;
+    }
+    let subscriber = browser
+        .eval("document.querySelector('#subscribers tr[data-client]').innerText")
+        .await?;
+    let subscriber = subscriber.as_str().unwrap();
+    assert!(
+        subscriber.contains("node 3 (sh)") && subscriber.contains("sh-consumer"),
+        "{subscriber}"
+    );
+    drop(naming);
     drop(browser);
     sim.stop().await;
     Ok(())

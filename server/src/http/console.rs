@@ -11,7 +11,7 @@
 //! - `GET /understudy/v1/registry/subscribers?namespace=&group=&service=`
 //!   and `GET /understudy/v1/registry/listeners?namespace=&group=&dataId=`:
 //!   the Nacos gRPC connections that subscribe to a service or listen to a
-//!   config, by the node that holds them;
+//!   config, on every member, by the node that holds them;
 //! - `GET /understudy/v1/events`: `change` events (the revision and the
 //!   services that changed) as the registry changes, and a `tick` every
 //!   second with this node's role and view lag.
@@ -31,6 +31,7 @@ use understudy_core::{GroupName, Instance, NamespaceId, ServiceKey};
 
 use super::error::ApiError;
 use super::params::Params;
+use crate::raft::network::ClientsQuery;
 use crate::Node;
 
 const INDEX: &str = include_str!("../../console/index.html");
@@ -155,75 +156,77 @@ pub(crate) async fn service(State(node): State<Node>, params: Input) -> Response
     }
 }
 
-fn client_json(c: &crate::clients::ClientInfo) -> Value {
-    json!({
-        "id": c.id,
-        "ip": c.ip,
-        "port": c.port,
-        "version": c.version,
-        "appName": c.app_name,
-        "lastActive": c.last_active,
-    })
-}
-
-/// The connections of this node that `pick` chooses, as one node's entry.
-fn held_here(node: &Node, pick: impl Fn(&dyn crate::clients::Clients) -> Vec<Value>) -> Value {
-    let clients = node.clients().map(|c| pick(&*c)).unwrap_or_default();
-    json!({
-        "node": node.config().node_id,
-        "dc": node.config().dc,
-        "clients": clients,
-    })
+/// Every member's connections that `query` asks for, by node: a Nacos
+/// gRPC connection lives on the node it connected to.
+async fn clients_everywhere(node: &Node, query: ClientsQuery) -> Value {
+    let answers = node
+        .clients_everywhere(&query, Duration::from_secs(2))
+        .await;
+    let nodes: Vec<Value> = answers
+        .into_iter()
+        .map(|(id, dc, answer)| {
+            let mut entry = json!({"node": id, "dc": dc, "clients": []});
+            match answer {
+                Ok(clients) => {
+                    entry["clients"] = clients
+                        .iter()
+                        .map(|c| {
+                            json!({
+                                "id": c.id,
+                                "ip": c.ip,
+                                "port": c.port,
+                                "version": c.version,
+                                "appName": c.app_name,
+                                "lastActive": c.last_active_ms,
+                                "md5": c.md5,
+                            })
+                        })
+                        .collect();
+                }
+                Err(why) => entry["error"] = json!(why),
+            }
+            entry
+        })
+        .collect();
+    json!({"nodes": nodes})
 }
 
 /// `GET /understudy/v1/registry/subscribers?namespace=&group=&service=`.
 pub(crate) async fn subscribers(State(node): State<Node>, params: Input) -> Response {
-    let answer = params.and_then(|p| {
+    let query = params.and_then(|p| {
         let namespace = namespace(&p)?;
         let group = GroupName::parse(p.get("group").unwrap_or_default())
             .map_err(|e| ApiError::invalid("group", e.to_string()))?;
         let name = p.required("service")?;
         let key = ServiceKey::parse(namespace.as_str(), group.as_str(), name)
             .map_err(|e| ApiError::invalid("service", e.to_string()))?;
-        let here = held_here(&node, |c| {
-            c.subscribers(&key).iter().map(client_json).collect()
-        });
-        Ok(json!({"nodes": [here]}))
+        Ok(ClientsQuery {
+            namespace: key.namespace.to_string(),
+            group: key.group.to_string(),
+            name: key.name.to_string(),
+            config: false,
+        })
     });
-    match answer {
-        Ok(answer) => Json(answer).into_response(),
+    match query {
+        Ok(query) => Json(clients_everywhere(&node, query).await).into_response(),
         Err(e) => e.v2(),
     }
 }
 
 /// `GET /understudy/v1/registry/listeners?namespace=&group=&dataId=`.
 pub(crate) async fn listeners(State(node): State<Node>, params: Input) -> Response {
-    let answer = params.and_then(|p| {
+    let query = params.and_then(|p| {
         let namespace = namespace(&p)?;
-        let group = match p.get("group").unwrap_or_default().trim() {
-            "" => understudy_core::DEFAULT_GROUP.to_owned(),
-            group => group.to_owned(),
-        };
         let data_id = p.required("dataId")?.to_owned();
-        let key = understudy_core::ConfigKey {
-            namespace,
-            group,
-            data_id,
-        };
-        let here = held_here(&node, |c| {
-            c.listeners(&key)
-                .iter()
-                .map(|(client, md5)| {
-                    let mut entry = client_json(client);
-                    entry["md5"] = json!(md5);
-                    entry
-                })
-                .collect()
-        });
-        Ok(json!({"nodes": [here]}))
+        Ok(ClientsQuery {
+            namespace: namespace.to_string(),
+            group: p.get("group").unwrap_or_default().trim().to_owned(),
+            name: data_id,
+            config: true,
+        })
     });
-    match answer {
-        Ok(answer) => Json(answer).into_response(),
+    match query {
+        Ok(query) => Json(clients_everywhere(&node, query).await).into_response(),
         Err(e) => e.v2(),
     }
 }

@@ -177,6 +177,94 @@ impl Node {
         futures_util::future::join_all(asks).await
     }
 
+    /// This node's Nacos gRPC connections that subscribe to the service,
+    /// or listen to the config, `query` names.
+    pub(crate) fn clients_here(
+        &self,
+        query: &crate::raft::network::ClientsQuery,
+    ) -> Result<Vec<crate::raft::network::ConnectedClient>, String> {
+        use crate::raft::network::ConnectedClient;
+        let connected = |c: &crate::clients::ClientInfo, md5: String| ConnectedClient {
+            id: c.id.clone(),
+            ip: c.ip.clone(),
+            port: c.port,
+            version: c.version.clone(),
+            app_name: c.app_name.clone(),
+            last_active_ms: c.last_active,
+            md5,
+        };
+        let Some(clients) = self.clients() else {
+            return Ok(Vec::new());
+        };
+        if query.config {
+            let namespace = understudy_core::NamespaceId::parse(&query.namespace)
+                .map_err(|e| format!("namespace: {e}"))?;
+            let group = match query.group.trim() {
+                "" => understudy_core::DEFAULT_GROUP.to_owned(),
+                group => group.to_owned(),
+            };
+            let key = understudy_core::ConfigKey {
+                namespace,
+                group,
+                data_id: query.name.clone(),
+            };
+            Ok(clients
+                .listeners(&key)
+                .into_iter()
+                .map(|(c, md5)| connected(&c, md5))
+                .collect())
+        } else {
+            let key =
+                understudy_core::ServiceKey::parse(&query.namespace, &query.group, &query.name)
+                    .map_err(|e| format!("service: {e}"))?;
+            Ok(clients
+                .subscribers(&key)
+                .iter()
+                .map(|c| connected(c, String::new()))
+                .collect())
+        }
+    }
+
+    /// Every member's Nacos gRPC connections that subscribe to the service,
+    /// or listen to the config, `query` names: by member, with its DC, and
+    /// why a member could not say (within `timeout`).
+    pub async fn clients_everywhere(
+        &self,
+        query: &crate::raft::network::ClientsQuery,
+        timeout: std::time::Duration,
+    ) -> Vec<(
+        crate::raft::NodeId,
+        String,
+        Result<Vec<crate::raft::network::ConnectedClient>, String>,
+    )> {
+        use crate::raft::network::{AdminReply, AdminRequest};
+        let me = self.inner.parts.config.node_id;
+        let request = AdminRequest::Clients(query.clone());
+        let asks = self.members().into_iter().map(|(id, member)| {
+            let request = &request;
+            async move {
+                let answer = if id == me {
+                    self.clients_here(query)
+                } else {
+                    match self
+                        .inner
+                        .parts
+                        .network
+                        .admin(id, &member, request, timeout)
+                        .await
+                    {
+                        Ok(AdminReply::Clients(clients)) => Ok(clients),
+                        Ok(AdminReply::Refused(why)) => Err(why),
+                        Ok(other) => Err(format!("unexpected answer {other:?}")),
+                        Err(e) => Err(e.to_string()),
+                    }
+                };
+                (id, member.dc, answer)
+            }
+        });
+        futures_util::future::join_all(asks).await
+    }
+
     /// Changes the fault model here and hands it to every other member out
     /// of band; answers the members that could not be told.
     pub async fn set_faults(
@@ -225,6 +313,10 @@ impl Node {
             AdminRequest::SetFaults(state) => match self.faults().set_state(&state) {
                 Ok(()) => AdminReply::Faults(self.faults().state()),
                 Err(e) => AdminReply::Refused(e.to_string()),
+            },
+            AdminRequest::Clients(query) => match self.clients_here(&query) {
+                Ok(clients) => AdminReply::Clients(clients),
+                Err(why) => AdminReply::Refused(why),
             },
             AdminRequest::TakeOver => {
                 self.inner.parts.tasks.spawn(take_over(

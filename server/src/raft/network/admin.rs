@@ -70,6 +70,26 @@ impl Network {
                     AdminReply::Refused(reply.refused)
                 })
             }
+            AdminRequest::Clients(query) => {
+                let request = self.request(
+                    peer::ClientsRequest {
+                        route,
+                        namespace: query.namespace.clone(),
+                        group: query.group.clone(),
+                        name: query.name.clone(),
+                        config: query.config,
+                    },
+                    timeout,
+                );
+                let reply = self
+                    .carry(target, member, timeout, false, |mut peer| async move {
+                        peer.clients(request).await
+                    })
+                    .await?;
+                Ok(AdminReply::Clients(
+                    reply.clients.into_iter().map(Into::into).collect(),
+                ))
+            }
             AdminRequest::Ping => {
                 let request = self.request(peer::PingRequest { route }, timeout);
                 self.carry(target, member, timeout, true, |mut peer| async move {

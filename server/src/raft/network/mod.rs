@@ -237,6 +237,70 @@ pub enum AdminRequest {
     Ping,
     /// The leader is stopping: start elections until you lead.
     TakeOver,
+    /// The receiver's Nacos gRPC connections that subscribe to a service
+    /// or listen to a config.
+    Clients(ClientsQuery),
+}
+
+/// Whose connections [`AdminRequest::Clients`] asks for, as the caller
+/// gave them (the receiver validates them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientsQuery {
+    /// Namespace.
+    pub namespace: String,
+    /// Group.
+    pub group: String,
+    /// The service's name, or the config's data id.
+    pub name: String,
+    /// Listeners of a config rather than subscribers of a service.
+    pub config: bool,
+}
+
+/// One Nacos gRPC connection, as [`AdminReply::Clients`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectedClient {
+    /// Its connection id.
+    pub id: String,
+    /// Its address.
+    pub ip: String,
+    /// Its port.
+    pub port: u16,
+    /// The SDK and version it announced.
+    pub version: String,
+    /// The application it named.
+    pub app_name: String,
+    /// When it last sent anything, epoch ms.
+    pub last_active_ms: u64,
+    /// The md5 it holds of the config (listeners only).
+    pub md5: String,
+}
+
+impl From<&ConnectedClient> for understudy_proto::peer::ConnectedClient {
+    fn from(c: &ConnectedClient) -> Self {
+        Self {
+            id: c.id.clone(),
+            ip: c.ip.clone(),
+            port: u32::from(c.port),
+            version: c.version.clone(),
+            app_name: c.app_name.clone(),
+            last_active_ms: c.last_active_ms,
+            md5: c.md5.clone(),
+        }
+    }
+}
+
+impl From<understudy_proto::peer::ConnectedClient> for ConnectedClient {
+    fn from(c: understudy_proto::peer::ConnectedClient) -> Self {
+        Self {
+            id: c.id,
+            ip: c.ip,
+            port: u16::try_from(c.port).unwrap_or(0),
+            version: c.version,
+            app_name: c.app_name,
+            last_active_ms: c.last_active_ms,
+            md5: c.md5,
+        }
+    }
 }
 
 /// The answer to an [`AdminRequest`].
@@ -252,6 +316,8 @@ pub enum AdminReply {
     Pong,
     /// The receiver is running for leader.
     TakingOver,
+    /// The receiver's connections a [`ClientsQuery`] asked for.
+    Clients(Vec<ConnectedClient>),
 }
 
 /// Answers admin requests sent to this node.

@@ -340,4 +340,24 @@ impl PeerRpc for PeerService {
         self.gate.admit(request, |r| r.route, true)?;
         Ok(tonic::Response::new(peer::PingReply {}))
     }
+
+    async fn clients(
+        &self,
+        request: tonic::Request<peer::ClientsRequest>,
+    ) -> Result<tonic::Response<peer::ClientsReply>, Status> {
+        let request = self.gate.admit(request, |r| r.route, false)?;
+        let query = super::ClientsQuery {
+            namespace: request.namespace,
+            group: request.group,
+            name: request.name,
+            config: request.config,
+        };
+        match self.ask(AdminRequest::Clients(query))? {
+            AdminReply::Clients(clients) => Ok(tonic::Response::new(peer::ClientsReply {
+                clients: clients.iter().map(Into::into).collect(),
+            })),
+            AdminReply::Refused(why) => Err(Status::invalid_argument(why)),
+            other => Err(unexpected(&other, "clients")),
+        }
+    }
 }
