@@ -229,7 +229,7 @@ impl Frame {
 
     /// A `<path>` through the values, one per window at its middle,
     /// broken where a window has none.
-    fn path(&self, values: &[Option<f64>], window_s: f64, scale: f64, colour: &str) -> String {
+    fn path(&self, values: &[Option<f64>], window_s: f64, scale: f64, pen: Pen) -> String {
         let mut d = String::new();
         let mut pen_down = false;
         for (k, v) in values.iter().enumerate() {
@@ -252,9 +252,27 @@ impl Frame {
             }
         }
         format!(
-            "<path d=\"{d}\" fill=\"none\" stroke=\"{colour}\" stroke-width=\"1.5\" \
-             stroke-linejoin=\"round\" stroke-linecap=\"round\"/>"
+            "<path d=\"{d}\" fill=\"none\" stroke=\"{}\" stroke-width=\"{}\" \
+             stroke-linejoin=\"round\" stroke-linecap=\"round\"/>",
+            pen.colour, pen.width
         )
+    }
+}
+
+/// How a series is drawn: the `k`-th of `n` is drawn 1 px wider than the
+/// next, so that where series coincide each still shows.
+#[derive(Debug, Clone, Copy)]
+struct Pen {
+    colour: &'static str,
+    width: f64,
+}
+
+impl Pen {
+    fn of(report: &Report, dc: &str, k: usize, n: usize) -> Self {
+        Pen {
+            colour: colour(report, dc),
+            width: 1.5 + n.saturating_sub(k + 1) as f64,
+        }
     }
 }
 
@@ -449,13 +467,13 @@ fn lag(report: &Report) -> String {
     frame.axes(&mut svg, y_step, "view lag (ms)", true);
     draw_markers(&mut svg, &markers, frame.bottom());
     let dcs = dcs(report);
-    for dc in &dcs {
+    for (k, dc) in dcs.iter().enumerate() {
         let values = over.view_lag_ms.get(dc).map(Vec::as_slice).unwrap_or(&[]);
         let _ = writeln!(
             svg,
             "<g class=\"series\" data-dc=\"{}\">{}</g>",
             esc(dc),
-            frame.path(values, window_s, 1.0, colour(report, dc))
+            frame.path(values, window_s, 1.0, Pen::of(report, dc, k, dcs.len()))
         );
     }
     let items: Vec<(String, &str)> = dcs
@@ -512,15 +530,15 @@ fn consumers(report: &Report) -> String {
     share.axes(&mut svg, 25.0, "same-zone share (%)", false);
     rate.axes(&mut svg, rate_step, "error rate (%)", true);
     draw_markers(&mut svg, &markers, rate.bottom());
-    let zones: Vec<&str> = report.consumers.iter().map(|c| c.zone.as_str()).collect();
     let mut drawn: Vec<&str> = Vec::new();
-    for zone in zones {
-        if drawn.contains(&zone) {
-            continue;
+    for c in &report.consumers {
+        if !drawn.contains(&c.zone.as_str()) {
+            drawn.push(&c.zone);
         }
-        drawn.push(zone);
-        let series = over.consumers.get(zone).cloned().unwrap_or_default();
-        let c = colour(report, zone);
+    }
+    for (k, zone) in drawn.iter().enumerate() {
+        let series = over.consumers.get(*zone).cloned().unwrap_or_default();
+        let c = Pen::of(report, zone, k, drawn.len());
         let _ = writeln!(
             svg,
             "<g class=\"series\" data-zone=\"{z}\" data-metric=\"same-zone-share\">{}</g>\n\
