@@ -160,6 +160,28 @@ async fn a_gc_paused_provider_is_removed_and_returns_and_zone_aware_consumers_lo
     for c in &report.consumers {
         assert_eq!(c.idempotent_failed_during_fault, 0, "{c:?}");
     }
+    // The consumers' chart: each zone's same-zone share and error rate,
+    // and every applied action marked.
+    let charts = report.charts();
+    let chart = charts
+        .iter()
+        .find(|c| c.file == "consumers.svg")
+        .expect("a consumers chart");
+    for c in &report.consumers {
+        for metric in ["same-zone-share", "error-rate"] {
+            let series = format!(
+                "<g class=\"series\" data-zone=\"{}\" data-metric=\"{metric}\"",
+                c.zone
+            );
+            assert_eq!(chart.svg.matches(&series).count(), 1, "{series}");
+        }
+    }
+    assert_eq!(
+        chart.svg.matches("<g class=\"marker\"").count(),
+        report.schedule.len(),
+        "one marker per applied action"
+    );
+    assert!(report.markdown().contains("(consumers.svg)"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
