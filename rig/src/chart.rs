@@ -20,9 +20,9 @@ use std::fmt::Write as _;
 use crate::report::Report;
 
 /// The view lag chart's file.
-pub const LAG: &str = "lag.svg";
+pub const LAG: &str = crate::report::LAG_CHART.0;
 /// The consumers chart's file.
-pub const CONSUMERS: &str = "consumers.svg";
+pub const CONSUMERS: &str = crate::report::CONSUMERS_CHART.0;
 
 /// One chart: its file name, what it shows (the image's alt text) and the
 /// SVG document.
@@ -42,13 +42,13 @@ impl Report {
     pub fn charts(&self) -> Vec<Chart> {
         let mut charts = vec![Chart {
             file: LAG,
-            alt: "view lag per DC",
+            alt: crate::report::LAG_CHART.1,
             svg: lag(self),
         }];
-        if !self.consumers.is_empty() {
+        if self.has_chart(CONSUMERS) {
             charts.push(Chart {
                 file: CONSUMERS,
-                alt: "same-zone share and error rate per consumer zone",
+                alt: crate::report::CONSUMERS_CHART.1,
                 svg: consumers(self),
             });
         }

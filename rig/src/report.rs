@@ -289,7 +289,7 @@ impl Report {
                 r.register_to_visible.max_ms
             ));
         }
-        md.push_str(&self.image(crate::chart::LAG));
+        md.push_str(&self.image(LAG_CHART));
         let w = &self.writes;
         md.push_str(&format!(
             "\n| writes acknowledged | refused | unknown | **lost** | watcher events | **missed** | reconnects |\n\
@@ -328,15 +328,29 @@ impl Report {
     }
 }
 
+/// The charts drawn beside `report.md` (by [`chart`](crate::chart)), as
+/// `(file, what it shows)`: the view lag chart, always.
+pub const LAG_CHART: (&str, &str) = ("lag.svg", "view lag per DC");
+/// The consumers' chart, when the scenario has consumers.
+pub const CONSUMERS_CHART: (&str, &str) = (
+    "consumers.svg",
+    "same-zone share and error rate per consumer zone",
+);
+
 impl Report {
-    /// The markdown image of the chart written to `file`, when the report
-    /// has that chart.
-    fn image(&self, file: &str) -> String {
-        self.charts()
-            .iter()
-            .find(|c| c.file == file)
-            .map(|c| format!("\n![{}]({})\n", c.alt, c.file))
-            .unwrap_or_default()
+    /// Whether the report has the chart `file` (each chart but the
+    /// consumers' always).
+    pub fn has_chart(&self, file: &str) -> bool {
+        file != CONSUMERS_CHART.0 || !self.consumers.is_empty()
+    }
+
+    /// The markdown image of `chart`, when the report has it.
+    fn image(&self, (file, alt): (&str, &str)) -> String {
+        if self.has_chart(file) {
+            format!("\n![{alt}]({file})\n")
+        } else {
+            String::new()
+        }
     }
 
     fn consumers_markdown(&self) -> String {
@@ -376,7 +390,7 @@ impl Report {
                 },
             ));
         }
-        md.push_str(&self.image(crate::chart::CONSUMERS));
+        md.push_str(&self.image(CONSUMERS_CHART));
         if !self.stale_window.is_empty() {
             md.push_str(
                 "\n| DC | dead providers still listed: count | p50 | max |\n|---|---:|---:|---:|\n",
