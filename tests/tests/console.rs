@@ -180,6 +180,22 @@ impl Browser {
         }
     }
 
+    /// Waits until `expression` is true in the page, drawing the view
+    /// again between tries: for what the page has no event for (a Nacos
+    /// client's background subscription).
+    async fn wait_rendered(&mut self, what: &str, expression: &str) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        while self.eval(expression).await? != Value::Bool(true) {
+            anyhow::ensure!(
+                tokio::time::Instant::now() < deadline,
+                "the console never showed {what}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            self.eval("render()").await?;
+        }
+        Ok(())
+    }
+
     async fn screenshot(&mut self, name: &str) -> anyhow::Result<PathBuf> {
         let shot = self
             .call("Page.captureScreenshot", json!({"format": "png"}))
@@ -471,6 +487,17 @@ async fn with_auth_on_the_console_asks_for_a_login() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A nacos-sdk listener that wants nothing: the tests look at who listens.
+struct Ignore;
+
+impl nacos_sdk::api::naming::NamingEventListener for Ignore {
+    fn event(&self, _: std::sync::Arc<nacos_sdk::api::naming::NamingChangeEvent>) {}
+}
+
+impl nacos_sdk::api::config::ConfigChangeListener for Ignore {
+    fn notify(&self, _: nacos_sdk::api::config::ConfigResponse) {}
+}
+
 /// Sets `field` of the form `form` to `value` (a JavaScript string).
 fn fill(form: &str, field: &str, value: &str) -> String {
     format!(
@@ -515,17 +542,9 @@ async fn app_yaml(http: &reqwest::Client, server: &Server) -> Option<String> {
 #[ignore = "needs Chromium (installed by .ci/run, or set UNDERSTUDY_CHROMIUM)"]
 async fn the_console_edits_configs_with_a_diff_rolls_back_and_lists_real_sdk_clients(
 ) -> anyhow::Result<()> {
-    use nacos_sdk::api::config::{ConfigChangeListener, ConfigResponse, ConfigServiceBuilder};
-    use nacos_sdk::api::naming::{NamingChangeEvent, NamingEventListener, NamingServiceBuilder};
+    use nacos_sdk::api::config::ConfigServiceBuilder;
+    use nacos_sdk::api::naming::NamingServiceBuilder;
     use nacos_sdk::api::props::ClientProps;
-
-    struct Ignore;
-    impl NamingEventListener for Ignore {
-        fn event(&self, _: std::sync::Arc<NamingChangeEvent>) {}
-    }
-    impl ConfigChangeListener for Ignore {
-        fn notify(&self, _: ConfigResponse) {}
-    }
 
     let binary = chromium().context(NO_CHROMIUM)?;
     // The Nacos port pair (P, P + 1000), for the real SDK below.
@@ -703,17 +722,13 @@ async fn the_console_edits_configs_with_a_diff_rolls_back_and_lists_real_sdk_cli
             "{base}/#/config?ns=&group=DEFAULT_GROUP&dataId=app.yaml"
         ))
         .await?;
-    // The SDK listens in the background: read the page again until it shows.
-    let listed = "document.querySelectorAll('#listeners tr[data-client]').length === 1";
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    while browser.eval(listed).await? != json!(true) {
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "the SDK's listener never showed"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        browser.eval("render()").await?;
-    }
+    // The SDK listens in the background.
+    browser
+        .wait_rendered(
+            "the SDK's listener",
+            "document.querySelectorAll('#listeners tr[data-client]').length === 1",
+        )
+        .await?;
     let listener = browser
         .eval("document.querySelector('#listeners tr[data-client]').innerText")
         .await?;
@@ -845,10 +860,6 @@ async fn the_cluster_page_charts_lag_per_dc_with_a_partition_and_its_heal_and_su
 
     // Subscribers cluster-wide: a real nacos-sdk client connected to node 3
     // (sh) is listed on node 1's page, with the node that holds it.
-    struct Ignore;
-    impl nacos_sdk::api::naming::NamingEventListener for Ignore {
-        fn event(&self, _: std::sync::Arc<nacos_sdk::api::naming::NamingChangeEvent>) {}
-    }
     let naming = nacos_sdk::api::naming::NamingServiceBuilder::new(
         nacos_sdk::api::props::ClientProps::new()
             .server_addr(http_of(3).to_string())
@@ -866,16 +877,12 @@ async fn the_cluster_page_charts_lag_per_dc_with_a_partition_and_its_heal_and_su
             "{base}/#/registry?ns=&group=DEFAULT_GROUP&service=orders"
         ))
         .await?;
-    let listed = "document.querySelectorAll('#subscribers tr[data-client]').length === 1";
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    while browser.eval(listed).await? != json!(true) {
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "node 3's subscriber never showed on node 1's page"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        browser.eval("render()").await?;
-    }
+    browser
+        .wait_rendered(
+            "node 3's subscriber on node 1's page",
+            "document.querySelectorAll('#subscribers tr[data-client]').length === 1",
+        )
+        .await?;
     let subscriber = browser
         .eval("document.querySelector('#subscribers tr[data-client]').innerText")
         .await?;

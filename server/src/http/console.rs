@@ -117,15 +117,20 @@ fn instance_json(i: &Instance) -> Value {
     })
 }
 
+/// The service `namespace`, `group` and `service` name.
+fn service_key(p: &Params) -> Result<ServiceKey, ApiError> {
+    let namespace = namespace(p)?;
+    let group = GroupName::parse(p.get("group").unwrap_or_default())
+        .map_err(|e| ApiError::invalid("group", e.to_string()))?;
+    let name = p.required("service")?;
+    ServiceKey::parse(namespace.as_str(), group.as_str(), name)
+        .map_err(|e| ApiError::invalid("service", e.to_string()))
+}
+
 /// `GET /understudy/v1/registry/service?namespace=&group=&service=`.
 pub(crate) async fn service(State(node): State<Node>, params: Input) -> Response {
     let answer = params.and_then(|p| {
-        let namespace = namespace(&p)?;
-        let group = GroupName::parse(p.get("group").unwrap_or_default())
-            .map_err(|e| ApiError::invalid("group", e.to_string()))?;
-        let name = p.required("service")?;
-        let key = ServiceKey::parse(namespace.as_str(), group.as_str(), name)
-            .map_err(|e| ApiError::invalid("service", e.to_string()))?;
+        let key = service_key(&p)?;
         let registry = node.registry();
         let zones: Vec<Value> = registry
             .service(&key)
@@ -194,12 +199,7 @@ async fn clients_everywhere(node: &Node, query: ClientsQuery) -> Value {
 /// `GET /understudy/v1/registry/subscribers?namespace=&group=&service=`.
 pub(crate) async fn subscribers(State(node): State<Node>, params: Input) -> Response {
     let query = params.and_then(|p| {
-        let namespace = namespace(&p)?;
-        let group = GroupName::parse(p.get("group").unwrap_or_default())
-            .map_err(|e| ApiError::invalid("group", e.to_string()))?;
-        let name = p.required("service")?;
-        let key = ServiceKey::parse(namespace.as_str(), group.as_str(), name)
-            .map_err(|e| ApiError::invalid("service", e.to_string()))?;
+        let key = service_key(&p)?;
         Ok(ClientsQuery {
             namespace: key.namespace.to_string(),
             group: key.group.to_string(),
