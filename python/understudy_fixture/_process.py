@@ -209,6 +209,40 @@ def _wait(process: _Process, ready, what: str, deadline: float, timeout: float):
         time.sleep(0.05)
 
 
+class _Running:
+    """What a started process offers: its pid and state, its log, and a
+    stop, also as a context manager."""
+
+    _process: _Process
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    def running(self) -> bool:
+        return self._process.running()
+
+    @property
+    def returncode(self) -> Optional[int]:
+        """The exit code once the process has exited, else None."""
+        return self._process.popen.poll()
+
+    def log(self) -> str:
+        """What the process has written to stderr (the log of each node it
+        runs) so far."""
+        return self._process.stderr()
+
+    def stop(self, grace: float = 10.0) -> Optional[int]:
+        """SIGTERM, SIGKILL after ``grace`` seconds; returns the exit code."""
+        return self._process.stop(grace)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
 class _Addresses:
     host: str
     http_port: int
@@ -225,7 +259,7 @@ class _Addresses:
         return f"http://{self.host}:{self.http_port}"
 
 
-class Node(_Addresses):
+class Node(_Running, _Addresses):
     """One running ``understudy`` node: a context manager that stops it."""
 
     def __init__(self, process: _Process, http_port: int, grpc_port: int, host: str = _HOST):
@@ -239,32 +273,6 @@ class Node(_Addresses):
 
     def __repr__(self) -> str:
         return f"Node(server_addr={self.server_addr!r}, grpc_port={self.grpc_port}, pid={self.pid})"
-
-    @property
-    def pid(self) -> int:
-        return self._process.pid
-
-    def running(self) -> bool:
-        return self._process.running()
-
-    @property
-    def returncode(self) -> Optional[int]:
-        """The exit code once the process has exited, else None."""
-        return self._process.popen.poll()
-
-    def log(self) -> str:
-        """What the node has written to stderr (its log) so far."""
-        return self._process.stderr()
-
-    def stop(self, grace: float = 10.0) -> Optional[int]:
-        """SIGTERM, SIGKILL after ``grace`` seconds; returns the exit code."""
-        return self._process.stop(grace)
-
-    def __enter__(self) -> "Node":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 def start_node(
@@ -330,7 +338,7 @@ _TABLE_ROW = re.compile(
 _LEADER = re.compile(r"^leader: node (\d+)\s*$", re.M)
 
 
-class Sim:
+class Sim(_Running):
     """A running ``understudy sim`` cluster: a context manager that stops it."""
 
     def __init__(self, process: _Process, nodes: List[SimNode], leader: int):
@@ -357,32 +365,6 @@ class Sim:
     def server_addrs(self) -> str:
         """Every node's ``host:http_port``, comma-separated, for a Nacos client."""
         return ",".join(n.server_addr for n in self.nodes.values())
-
-    @property
-    def pid(self) -> int:
-        return self._process.pid
-
-    def running(self) -> bool:
-        return self._process.running()
-
-    @property
-    def returncode(self) -> Optional[int]:
-        """The exit code once the process has exited, else None."""
-        return self._process.popen.poll()
-
-    def log(self) -> str:
-        """What the sim has written to stderr (every node's log) so far."""
-        return self._process.stderr()
-
-    def stop(self, grace: float = 10.0) -> Optional[int]:
-        """SIGTERM, SIGKILL after ``grace`` seconds; returns the exit code."""
-        return self._process.stop(grace)
-
-    def __enter__(self) -> "Sim":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 def start_sim(
