@@ -18,6 +18,8 @@
 //!   items into the registry, checked against a copy of it;
 //! - `config`: config items ([`ConfigKey`], [`ConfigItem`]) of the Nacos
 //!   config service, with their md5;
+//! - `pattern`: [`GroupKeyPattern`], the `namespace>>group>>name` patterns
+//!   of Nacos 3's fuzzy watch;
 //! - `liveness`: [`Liveness`], the beat and connection deadlines kept by
 //!   the node responsible for an instance, outside the replicated state.
 //!
@@ -39,6 +41,7 @@ mod kind;
 mod liveness;
 mod metadata;
 mod name;
+mod pattern;
 mod registry;
 mod service;
 
@@ -66,6 +69,7 @@ pub use name::{
     ClusterName, GroupName, NamespaceId, ServiceKey, ServiceKeyParts, ServiceName, DEFAULT_CLUSTER,
     DEFAULT_GROUP, DEFAULT_NAMESPACE, GROUP_SEPARATOR,
 };
+pub use pattern::{GroupKeyPattern, PATTERN_SEPARATOR};
 pub use registry::{
     Counts, NamespaceInfo, NamespaceSummary, NamespaceView, Page, Registry, RegistryOptions,
     RegistrySnapshot,

@@ -192,6 +192,11 @@ fn nacos_request(envelope: &Envelope) -> Result<(), DecodeError> {
                 request.addition(key);
             }
         }
+        RequestKind::NamingFuzzyWatch | RequestKind::ConfigFuzzyWatch => {
+            let request: understudy_proto::nacos3_rpc::FuzzyWatchRequest = envelope.decode()?;
+            request.pattern()?;
+            request.cancels()?;
+        }
         RequestKind::ConfigBatchListen => {
             let request: ConfigBatchListenRequest = envelope.decode()?;
             for context in request.config_listen_contexts.unwrap_or_default() {

@@ -48,6 +48,7 @@ pub mod faults;
 // For `fuzz/` and the regression tests only; not part of the API.
 #[doc(hidden)]
 pub mod fuzzing;
+mod fuzzy;
 mod grpc;
 mod hosts;
 mod http;

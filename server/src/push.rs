@@ -219,6 +219,11 @@ impl<K: Topic> Subscriber<K> {
         &self.wake
     }
 
+    /// The wake-up itself, for others that feed the same pusher.
+    pub(crate) fn waker(&self) -> Arc<Notify> {
+        self.wake.clone()
+    }
+
     fn install(
         &self,
         key: &K,

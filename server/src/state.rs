@@ -22,6 +22,9 @@ pub struct State {
     pub(crate) deadlines_moved: Notify,
     hub: crate::push::Hub<understudy_core::ServiceKey>,
     config_hub: crate::push::Hub<understudy_core::ConfigKey>,
+    /// Fuzzy watches of services and of configs (Nacos 3).
+    fuzzy_services: crate::fuzzy::Hub<understudy_core::ServiceKey>,
+    fuzzy_configs: crate::fuzzy::Hub<understudy_core::ConfigKey>,
     /// Rendered hosts, shared by answers and pushes of one state.
     hosts: crate::hosts::HostsCache,
     /// Every config change, for HTTP long polling.
@@ -45,6 +48,8 @@ impl State {
             deadlines_moved: Notify::new(),
             hub: crate::push::Hub::default(),
             config_hub: crate::push::Hub::default(),
+            fuzzy_services: crate::fuzzy::Hub::default(),
+            fuzzy_configs: crate::fuzzy::Hub::default(),
             hosts: crate::hosts::HostsCache::default(),
             config_changes: tokio::sync::broadcast::channel(4096).0,
             changes: tokio::sync::broadcast::channel(config.grpc.watch_buffer).0,
@@ -97,6 +102,16 @@ impl State {
         &self.hub
     }
 
+    /// The fuzzy watches of services.
+    pub(crate) fn fuzzy_services(&self) -> &crate::fuzzy::Hub<understudy_core::ServiceKey> {
+        &self.fuzzy_services
+    }
+
+    /// The fuzzy watches of configs.
+    pub(crate) fn fuzzy_configs(&self) -> &crate::fuzzy::Hub<understudy_core::ConfigKey> {
+        &self.fuzzy_configs
+    }
+
     /// The hosts of service `key` in `view`, rendered as JSON (shared
     /// with every other reader of the same state).
     pub(crate) fn hosts(
@@ -139,9 +154,29 @@ impl State {
         *self.liveness() = liveness;
         self.deadlines_moved.notify_one();
         self.hub.changed(touched.iter());
+        self.fuzzy_services.reread_all();
+        self.fuzzy_configs.reread_all();
         // An empty batch tells native watchers the history they follow was
         // replaced: they start over from a fresh snapshot.
         let _ = self.changes.send(Arc::from(Vec::<Change>::new()));
+    }
+
+    /// Tells the fuzzy watches of services and configs that appeared or
+    /// went (whether one did is decided when pushing).
+    fn fuzzy_changed(&self, changes: &[Change]) {
+        use understudy_core::Event;
+        let services = changes.iter().filter_map(|c| match &c.event {
+            Event::ServiceCreated { service, .. } | Event::ServiceRemoved { service } => {
+                Some(service)
+            }
+            _ => None,
+        });
+        self.fuzzy_services.changed(services);
+        let configs = changes.iter().filter_map(|c| match &c.event {
+            Event::ConfigPublished { key, .. } | Event::ConfigRemoved { key } => Some(&**key),
+            _ => None,
+        });
+        self.fuzzy_configs.changed(configs);
     }
 
     pub(crate) fn liveness(&self) -> MutexGuard<'_, Liveness> {
@@ -196,6 +231,7 @@ impl State {
                     let _ = self.config_changes.send((*key).clone());
                 }
                 self.config_hub.changed(configs);
+                self.fuzzy_changed(changes);
             }
         }
         results

@@ -47,7 +47,16 @@ pub struct RawClient {
     pub connection_id: String,
     views: Arc<Mutex<HashMap<String, Value>>>,
     notified: Arc<Mutex<Vec<Value>>>,
+    server: Arc<Mutex<ServerRequests>>,
     reader: tokio::task::JoinHandle<()>,
+}
+
+/// What the server sent besides pushes: its setup ack's ability table,
+/// and every fuzzy-watch request (type and body), in order.
+#[derive(Debug, Default)]
+struct ServerRequests {
+    abilities: Value,
+    fuzzy: Vec<(String, Value)>,
 }
 
 impl Drop for RawClient {
@@ -102,12 +111,16 @@ impl RawClient {
             .into_inner();
         let views: Arc<Mutex<HashMap<String, Value>>> = Arc::default();
         let notified: Arc<Mutex<Vec<Value>>> = Arc::default();
+        let server: Arc<Mutex<ServerRequests>> = Arc::default();
         let (acked_tx, acked) = oneshot::channel();
         let reader = tokio::spawn(read(
             inbound,
             stream.clone(),
-            views.clone(),
-            notified.clone(),
+            Seen {
+                views: views.clone(),
+                notified: notified.clone(),
+                server: server.clone(),
+            },
             pushes,
             acked_tx,
             answers,
@@ -137,8 +150,57 @@ impl RawClient {
             connection_id,
             views,
             notified,
+            server,
             reader,
         })
+    }
+
+    /// The ability table of the server's `SetupAckRequest`.
+    pub fn abilities(&self) -> Value {
+        lock(&self.server).abilities.clone()
+    }
+
+    /// Every fuzzy-watch request the server sent (type, body), in order.
+    pub fn fuzzy_requests(&self) -> Vec<(String, Value)> {
+        lock(&self.server).fuzzy.clone()
+    }
+
+    /// The keys the fuzzy-watch requests so far say exist, applied in
+    /// order as a client does (syncs of `pattern`, and every change
+    /// notice), and whether its first sync has finished.
+    pub fn fuzzy_set(&self, pattern: &str) -> (std::collections::BTreeSet<String>, bool) {
+        let mut keys = std::collections::BTreeSet::new();
+        let mut finished = false;
+        for (kind, body) in self.fuzzy_requests() {
+            let mut apply = |key: &Value, changed: &Value| {
+                let key = key.as_str().unwrap_or_default().to_owned();
+                match changed.as_str().unwrap_or_default() {
+                    "ADD_SERVICE" | "ADD_CONFIG" | "CONFIG_CHANGED" => keys.insert(key),
+                    _ => keys.remove(&key),
+                };
+            };
+            if kind.ends_with("SyncRequest") {
+                if body["groupKeyPattern"] != pattern {
+                    continue;
+                }
+                if body["syncType"] == "FINISH_FUZZY_WATCH_INIT_NOTIFY" {
+                    finished = true;
+                }
+                for context in body["contexts"].as_array().into_iter().flatten() {
+                    let key = if context["serviceKey"].is_null() {
+                        &context["groupKey"]
+                    } else {
+                        &context["serviceKey"]
+                    };
+                    apply(key, &context["changedType"]);
+                }
+            } else if kind == "NamingFuzzyWatchChangeNotifyRequest" {
+                apply(&body["serviceKey"], &body["changedType"]);
+            } else if kind == "ConfigFuzzyWatchChangeNotifyRequest" {
+                apply(&body["groupKey"], &body["changeType"]);
+            }
+        }
+        (keys, finished)
     }
 
     /// Sends a unary request; returns the response type and body.
@@ -251,11 +313,21 @@ fn apply(views: &Mutex<HashMap<String, Value>>, key: &str, info: Value) {
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Where the reader puts what it sees.
+struct Seen {
+    views: Arc<Mutex<HashMap<String, Value>>>,
+    notified: Arc<Mutex<Vec<Value>>>,
+    server: Arc<Mutex<ServerRequests>>,
+}
+
 async fn read(
     mut inbound: tonic::Streaming<Payload>,
     stream: mpsc::Sender<Payload>,
-    views: Arc<Mutex<HashMap<String, Value>>>,
-    notified: Arc<Mutex<Vec<Value>>>,
+    seen: Seen,
     pushes: Option<mpsc::UnboundedSender<Push>>,
     acked: oneshot::Sender<()>,
     answers: Answers,
@@ -269,6 +341,7 @@ async fn read(
         let request_id = body["requestId"].clone();
         let answer = match envelope.kind.as_str() {
             "SetupAckRequest" => {
+                lock(&seen.server).abilities = body["abilityTable"].clone();
                 if let Some(acked) = acked.take() {
                     let _ = acked.send(());
                 }
@@ -288,15 +361,26 @@ async fn read(
                         at: Instant::now(),
                     });
                 }
-                apply(&views, &key, info);
+                apply(&seen.views, &key, info);
                 "NotifySubscriberResponse"
             }
             "ConfigChangeNotifyRequest" => {
-                notified
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(body.clone());
+                lock(&seen.notified).push(body.clone());
                 "ConfigChangeNotifyResponse"
+            }
+            "NamingFuzzyWatchSyncRequest"
+            | "NamingFuzzyWatchChangeNotifyRequest"
+            | "ConfigFuzzyWatchSyncRequest"
+            | "ConfigFuzzyWatchChangeNotifyRequest" => {
+                lock(&seen.server)
+                    .fuzzy
+                    .push((envelope.kind.clone(), body.clone()));
+                match envelope.kind.as_str() {
+                    "NamingFuzzyWatchSyncRequest" => "NamingFuzzyWatchSyncResponse",
+                    "NamingFuzzyWatchChangeNotifyRequest" => "NamingFuzzyWatchChangeNotifyResponse",
+                    "ConfigFuzzyWatchSyncRequest" => "ConfigFuzzyWatchSyncResponse",
+                    _ => "ConfigFuzzyWatchChangeNotifyResponse",
+                }
             }
             "ClientDetectionRequest" => "ClientDetectionResponse",
             "ConnectResetRequest" => "ConnectResetResponse",

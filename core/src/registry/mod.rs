@@ -369,6 +369,36 @@ impl Registry {
             .take_while(move |(k, _)| k.namespace == namespace)
     }
 
+    /// The services a fuzzy-watch pattern matches, in key order.
+    pub fn services_matching<'a>(
+        &'a self,
+        pattern: &'a crate::GroupKeyPattern,
+    ) -> impl Iterator<Item = &'a ServiceKey> + 'a {
+        // Every stored namespace passed `parse`: one that fails holds none.
+        let namespace = NamespaceId::parse(pattern.namespace()).ok();
+        namespace
+            .and_then(|ns| self.namespaces.get(&ns))
+            .into_iter()
+            .flat_map(|ns| ns.services.keys())
+            .filter(|key| pattern.matches_service(key))
+    }
+
+    /// The config items a fuzzy-watch pattern matches, in key order.
+    pub fn configs_matching<'a>(
+        &'a self,
+        pattern: &'a crate::GroupKeyPattern,
+    ) -> impl Iterator<Item = &'a ConfigKey> + 'a {
+        let tenant = pattern.namespace();
+        let namespace = if tenant == crate::DEFAULT_NAMESPACE {
+            NamespaceId::public()
+        } else {
+            NamespaceId::from_config_tenant(tenant)
+        };
+        self.configs_in(&namespace)
+            .map(|(key, _)| key)
+            .filter(|key| pattern.matches_config(key))
+    }
+
     /// The connection owners held by node `node` that own instances.
     pub fn owners_on(&self, node: u64) -> impl Iterator<Item = &Owner> {
         let first = Owner::Connection {

@@ -70,6 +70,9 @@ pub(crate) struct Conn {
     /// a connection that subscribes to nothing (a provider that only
     /// registers) holds no push task.
     pusher: Mutex<Option<StartPusher>>,
+    /// Its fuzzy watches of services and of configs, made at its first.
+    fuzzy_services: std::sync::OnceLock<Arc<crate::fuzzy::Watches<ServiceKey>>>,
+    fuzzy_configs: std::sync::OnceLock<Arc<crate::fuzzy::Watches<ConfigKey>>>,
 }
 
 /// Starts a connection's push task.
@@ -95,6 +98,36 @@ impl Conn {
         if let (Some(StartPusher(start)), Some(me)) = (start, self.me.upgrade()) {
             start(me);
         }
+    }
+
+    /// Its fuzzy watches of services.
+    pub(crate) fn fuzzy_services(&self) -> &Arc<crate::fuzzy::Watches<ServiceKey>> {
+        self.fuzzy_services.get_or_init(|| {
+            Arc::new(crate::fuzzy::Watches::new(
+                self.seq,
+                self.subscriber.waker(),
+            ))
+        })
+    }
+
+    /// Its fuzzy watches of configs.
+    pub(crate) fn fuzzy_configs(&self) -> &Arc<crate::fuzzy::Watches<ConfigKey>> {
+        self.fuzzy_configs.get_or_init(|| {
+            Arc::new(crate::fuzzy::Watches::new(
+                self.seq,
+                self.subscriber.waker(),
+            ))
+        })
+    }
+
+    /// Its fuzzy watches of services, if it made any.
+    pub(crate) fn fuzzy_services_made(&self) -> Option<&Arc<crate::fuzzy::Watches<ServiceKey>>> {
+        self.fuzzy_services.get()
+    }
+
+    /// Its fuzzy watches of configs, if it made any.
+    pub(crate) fn fuzzy_configs_made(&self) -> Option<&Arc<crate::fuzzy::Watches<ConfigKey>>> {
+        self.fuzzy_configs.get()
     }
 
     /// Remembers the limited user its requests come from.
@@ -377,6 +410,8 @@ impl Conns {
             announced: std::sync::OnceLock::new(),
             md5s: Mutex::default(),
             user: Mutex::default(),
+            fuzzy_services: std::sync::OnceLock::new(),
+            fuzzy_configs: std::sync::OnceLock::new(),
             _ticket: ticket,
         });
         if let Some(reason) = &conn.refused {
@@ -426,6 +461,8 @@ impl Conns {
         conn.subscriber.wake().notify_one();
         self.node.state().hub().remove(&conn.subscriber);
         self.node.state().config_hub().remove(&conn.listener);
+        self.node.state().fuzzy_services().remove(conn.seq);
+        self.node.state().fuzzy_configs().remove(conn.seq);
         Some(conn)
     }
 

@@ -39,11 +39,15 @@ pub enum RequestKind {
     ConfigRemove,
     /// Listen to (or stop listening to) configs.
     ConfigBatchListen,
+    /// Watch (or stop watching) the set of services a pattern matches.
+    NamingFuzzyWatch,
+    /// Watch (or stop watching) the set of configs a pattern matches.
+    ConfigFuzzyWatch,
 }
 
 impl RequestKind {
     /// Every type, in dispatch order.
-    pub const ALL: [RequestKind; 13] = [
+    pub const ALL: [RequestKind; 15] = [
         RequestKind::ServerCheck,
         RequestKind::ConnectionSetup,
         RequestKind::HealthCheck,
@@ -57,6 +61,8 @@ impl RequestKind {
         RequestKind::ConfigPublish,
         RequestKind::ConfigRemove,
         RequestKind::ConfigBatchListen,
+        RequestKind::NamingFuzzyWatch,
+        RequestKind::ConfigFuzzyWatch,
     ];
 
     /// The type a payload names, if the server answers it.
@@ -80,6 +86,8 @@ impl RequestKind {
             RequestKind::ConfigPublish => "ConfigPublishRequest",
             RequestKind::ConfigRemove => "ConfigRemoveRequest",
             RequestKind::ConfigBatchListen => "ConfigBatchListenRequest",
+            RequestKind::NamingFuzzyWatch => "NamingFuzzyWatchRequest",
+            RequestKind::ConfigFuzzyWatch => "ConfigFuzzyWatchRequest",
         }
     }
 
@@ -98,6 +106,8 @@ impl RequestKind {
             RequestKind::ConfigPublish => "ConfigPublishResponse",
             RequestKind::ConfigRemove => "ConfigRemoveResponse",
             RequestKind::ConfigBatchListen => "ConfigChangeBatchListenResponse",
+            RequestKind::NamingFuzzyWatch => "NamingFuzzyWatchResponse",
+            RequestKind::ConfigFuzzyWatch => "ConfigFuzzyWatchResponse",
         }
     }
 

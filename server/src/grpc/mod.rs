@@ -6,6 +6,7 @@
 
 mod config;
 mod conn;
+mod fuzzy;
 pub(crate) mod kind;
 pub(crate) mod naming;
 pub(crate) mod native;
@@ -22,6 +23,7 @@ use understudy_proto::grpc::bi_request_stream_server::{BiRequestStream, BiReques
 use understudy_proto::grpc::request_server::{Request, RequestServer};
 use understudy_proto::grpc::Payload;
 use understudy_proto::nacos::{NameStyle, ServiceInfoRef};
+use understudy_proto::nacos3_rpc::ability;
 use understudy_proto::nacos_rpc::{
     error_response, seal, ClientAck, ConfigContext, ConnectionSetup, Envelope, NotifySubscriber,
     ServerRequest, SetupAck, OVER_THRESHOLD, SERVER_ERROR,
@@ -257,6 +259,17 @@ async fn read(
     conns.close(conn.seq, "stream ended").await;
 }
 
+/// The abilities announced in `SetupAckRequest`: each is true only when
+/// this server serves it, and a Nacos 3 client uses a feature only when
+/// the server announced it.
+pub(crate) const ABILITIES: [(&str, bool); 5] = [
+    (ability::PERSISTENT_INSTANCE_BY_GRPC, true),
+    (ability::FUZZY_WATCH, true),
+    (ability::LOCK, false),
+    (ability::MCP, false),
+    (ability::AGENT, false),
+];
+
 fn setup(conn: &Conn, envelope: &Envelope) {
     let setup = envelope.decode::<ConnectionSetup>().unwrap_or_default();
     let label = |name: &str| {
@@ -285,7 +298,10 @@ fn setup(conn: &Conn, envelope: &Envelope) {
             conn.next_request_id(),
             "internal",
             SetupAck {
-                ability_table: [("supportPersistentInstanceByGrpc".to_owned(), true)].into(),
+                ability_table: ABILITIES
+                    .iter()
+                    .map(|(name, served)| ((*name).to_owned(), *served))
+                    .collect(),
             },
         );
         conn.send_control(seal("SetupAckRequest", &ack));
@@ -403,6 +419,10 @@ async fn push(node: Node, conn: Arc<Conn>) {
         if retries > 0 {
             metrics::counter!("understudy_push_retries_total").increment(retries);
         }
+        // Fuzzy-watch notices are not merged or retried: the stream keeps
+        // their order, and a client that does not take them loses its
+        // connection (and re-syncs its set on the next).
+        pushes.extend(fuzzy::render(&node, &conn));
         for payload in pushes {
             if !node.push_passes_faults().await {
                 continue;

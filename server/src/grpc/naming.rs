@@ -19,6 +19,7 @@ use understudy_proto::DecodeError;
 
 use super::config;
 use super::conn::Conn;
+use super::fuzzy;
 use super::kind::{Failure, RequestKind};
 use crate::node::Node;
 use crate::push::PushTarget;
@@ -93,6 +94,8 @@ pub(crate) async fn dispatch(node: &Node, conn: &Arc<Conn>, envelope: Envelope) 
         Some(RequestKind::ConfigPublish) => config::publish(node, conn, &envelope).await,
         Some(RequestKind::ConfigRemove) => config::remove(node, conn, &envelope).await,
         Some(RequestKind::ConfigBatchListen) => config::batch_listen(node, conn, &envelope),
+        Some(RequestKind::NamingFuzzyWatch) => fuzzy::naming(node, conn, &envelope),
+        Some(RequestKind::ConfigFuzzyWatch) => fuzzy::config(node, conn, &envelope),
         Some(RequestKind::ServerCheck | RequestKind::ConnectionSetup) | None => Err(Failure {
             code: NO_HANDLER,
             message: format!(
@@ -205,6 +208,19 @@ fn resources(kind: Option<RequestKind>, envelope: &Envelope) -> Vec<(String, Act
             vec![(config(&body), Action::Write)]
         }
         Some(RequestKind::ConfigQuery) => vec![(config(&body), Action::Read)],
+        Some(RequestKind::NamingFuzzyWatch | RequestKind::ConfigFuzzyWatch) => {
+            // The pattern itself is the resource: a permission must cover
+            // all it may match (`ns:*:*`), not one name it matches.
+            let pattern = field(&body, "groupKeyPattern");
+            let parts: Vec<&str> = pattern.split(understudy_core::PATTERN_SEPARATOR).collect();
+            let part = |i: usize| parts.get(i).copied().unwrap_or("");
+            let kind = if kind == Some(RequestKind::NamingFuzzyWatch) {
+                "naming"
+            } else {
+                "config"
+            };
+            vec![(resource(part(0), part(1), kind, part(2)), Action::Read)]
+        }
         Some(RequestKind::ConfigBatchListen) => body["configListenContexts"]
             .as_array()
             .into_iter()
