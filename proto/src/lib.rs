@@ -25,6 +25,7 @@ pub mod config_zip;
 pub mod nacos;
 pub mod nacos3;
 pub mod nacos3_rpc;
+pub mod nacos_ai;
 pub mod nacos_rpc;
 mod native_conv;
 mod peer_conv;

@@ -197,6 +197,11 @@ fn nacos_request(envelope: &Envelope) -> Result<(), DecodeError> {
             request.pattern()?;
             request.cancels()?;
         }
+        RequestKind::QueryMcpServer
+        | RequestKind::ReleaseMcpServer
+        | RequestKind::McpServerEndpoint => {
+            envelope.decode::<understudy_proto::nacos_ai::McpRequest>()?;
+        }
         RequestKind::ConfigBatchListen => {
             let request: ConfigBatchListenRequest = envelope.decode()?;
             for context in request.config_listen_contexts.unwrap_or_default() {

@@ -52,6 +52,7 @@ mod fuzzy;
 mod grpc;
 mod hosts;
 mod http;
+mod mcp;
 pub mod member;
 pub mod metrics;
 pub mod node;

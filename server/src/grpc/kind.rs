@@ -43,11 +43,17 @@ pub enum RequestKind {
     NamingFuzzyWatch,
     /// Watch (or stop watching) the set of configs a pattern matches.
     ConfigFuzzyWatch,
+    /// Read an MCP server (Nacos 3's AI registry).
+    QueryMcpServer,
+    /// Release an MCP server, or a new version of one.
+    ReleaseMcpServer,
+    /// Register or deregister an endpoint of an MCP server.
+    McpServerEndpoint,
 }
 
 impl RequestKind {
     /// Every type, in dispatch order.
-    pub const ALL: [RequestKind; 15] = [
+    pub const ALL: [RequestKind; 18] = [
         RequestKind::ServerCheck,
         RequestKind::ConnectionSetup,
         RequestKind::HealthCheck,
@@ -63,6 +69,9 @@ impl RequestKind {
         RequestKind::ConfigBatchListen,
         RequestKind::NamingFuzzyWatch,
         RequestKind::ConfigFuzzyWatch,
+        RequestKind::QueryMcpServer,
+        RequestKind::ReleaseMcpServer,
+        RequestKind::McpServerEndpoint,
     ];
 
     /// The type a payload names, if the server answers it.
@@ -88,6 +97,9 @@ impl RequestKind {
             RequestKind::ConfigBatchListen => "ConfigBatchListenRequest",
             RequestKind::NamingFuzzyWatch => "NamingFuzzyWatchRequest",
             RequestKind::ConfigFuzzyWatch => "ConfigFuzzyWatchRequest",
+            RequestKind::QueryMcpServer => "QueryMcpServerRequest",
+            RequestKind::ReleaseMcpServer => "ReleaseMcpServerRequest",
+            RequestKind::McpServerEndpoint => "McpServerEndpointRequest",
         }
     }
 
@@ -108,6 +120,9 @@ impl RequestKind {
             RequestKind::ConfigBatchListen => "ConfigChangeBatchListenResponse",
             RequestKind::NamingFuzzyWatch => "NamingFuzzyWatchResponse",
             RequestKind::ConfigFuzzyWatch => "ConfigFuzzyWatchResponse",
+            RequestKind::QueryMcpServer => "QueryMcpServerResponse",
+            RequestKind::ReleaseMcpServer => "ReleaseMcpServerResponse",
+            RequestKind::McpServerEndpoint => "McpServerEndpointResponse",
         }
     }
 

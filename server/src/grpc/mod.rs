@@ -4,6 +4,7 @@
 //! lifecycle (setup, detection, close), the per-connection pusher, and the
 //! shutdown sequence (ConnectReset, then end the streams).
 
+mod ai;
 mod config;
 mod conn;
 mod fuzzy;
@@ -266,7 +267,7 @@ pub(crate) const ABILITIES: [(&str, bool); 5] = [
     (ability::PERSISTENT_INSTANCE_BY_GRPC, true),
     (ability::FUZZY_WATCH, true),
     (ability::LOCK, false),
-    (ability::MCP, false),
+    (ability::MCP, true),
     (ability::AGENT, false),
 ];
 

@@ -17,6 +17,7 @@ use understudy_proto::nacos_rpc::{
 };
 use understudy_proto::DecodeError;
 
+use super::ai;
 use super::config;
 use super::conn::Conn;
 use super::fuzzy;
@@ -96,6 +97,9 @@ pub(crate) async fn dispatch(node: &Node, conn: &Arc<Conn>, envelope: Envelope) 
         Some(RequestKind::ConfigBatchListen) => config::batch_listen(node, conn, &envelope),
         Some(RequestKind::NamingFuzzyWatch) => fuzzy::naming(node, conn, &envelope),
         Some(RequestKind::ConfigFuzzyWatch) => fuzzy::config(node, conn, &envelope),
+        Some(RequestKind::QueryMcpServer) => ai::query(node, &envelope),
+        Some(RequestKind::ReleaseMcpServer) => ai::release(node, &envelope).await,
+        Some(RequestKind::McpServerEndpoint) => ai::endpoint(node, conn, &envelope).await,
         Some(RequestKind::ServerCheck | RequestKind::ConnectionSetup) | None => Err(Failure {
             code: NO_HANDLER,
             message: format!(
@@ -220,6 +224,26 @@ fn resources(kind: Option<RequestKind>, envelope: &Envelope) -> Vec<(String, Act
                 "config"
             };
             vec![(resource(part(0), part(1), kind, part(2)), Action::Read)]
+        }
+        Some(
+            kind @ (RequestKind::QueryMcpServer
+            | RequestKind::ReleaseMcpServer
+            | RequestKind::McpServerEndpoint),
+        ) => {
+            // An MCP server is a resource of its namespace, by name.
+            let name = body["mcpName"]
+                .as_str()
+                .or_else(|| body["serverSpecification"]["name"].as_str())
+                .unwrap_or("");
+            let action = if kind == RequestKind::QueryMcpServer {
+                Action::Read
+            } else {
+                Action::Write
+            };
+            vec![(
+                resource(&field(&body, "namespaceId"), "", "ai", name),
+                action,
+            )]
         }
         Some(RequestKind::ConfigBatchListen) => body["configListenContexts"]
             .as_array()
