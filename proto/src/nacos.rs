@@ -577,6 +577,10 @@ pub enum ErrorCode {
     /// A function this server does not offer (understudy answers it with
     /// HTTP 501).
     ApiFunctionDisabled,
+    /// No MCP server of that name or id.
+    McpServerNotFound,
+    /// The MCP server has no such version.
+    McpServerVersionNotFound,
 }
 
 impl ErrorCode {
@@ -602,6 +606,8 @@ impl ErrorCode {
             ErrorCode::ServerError => 30000,
             ErrorCode::ApiDeprecated => 40000,
             ErrorCode::ApiFunctionDisabled => 40001,
+            ErrorCode::McpServerNotFound => 50000,
+            ErrorCode::McpServerVersionNotFound => 50001,
         }
     }
 
@@ -627,6 +633,8 @@ impl ErrorCode {
             ErrorCode::ServerError => "server error",
             ErrorCode::ApiDeprecated => "API deprecated.",
             ErrorCode::ApiFunctionDisabled => "API function disabled.",
+            ErrorCode::McpServerNotFound => "MCP server not found",
+            ErrorCode::McpServerVersionNotFound => "MCP server version not found",
         }
     }
 }

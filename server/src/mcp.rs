@@ -37,9 +37,12 @@ pub(crate) enum McpError {
         /// What is wrong.
         reason: String,
     },
-    /// No such server, or no such version of it.
+    /// No such server.
     #[error("{0}")]
     NotFound(String),
+    /// The server has no such version.
+    #[error("{0}")]
+    VersionNotFound(String),
     /// The version was released already.
     #[error("{0}")]
     Conflict(String),
@@ -57,7 +60,7 @@ impl McpError {
     pub(crate) fn code(&self) -> i32 {
         match self {
             McpError::Invalid { .. } => 400,
-            McpError::NotFound(_) => 404,
+            McpError::NotFound(_) | McpError::VersionNotFound(_) => 404,
             McpError::Conflict(_) => 409,
         }
     }
@@ -127,15 +130,33 @@ pub(crate) struct Release {
     pub(crate) ops: Vec<Op>,
 }
 
-/// Plans the release of `spec` (a `McpServerBasicInfo`) with its tools and
-/// endpoint: a new server, or a new version of an existing one (the
-/// version must be new).
-pub(crate) fn plan_release(
+/// What a publish may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Publish {
+    /// gRPC's release: a new server, or a new version of one (a version
+    /// released before is refused); a new version is latest when its
+    /// `versionDetail.is_latest` says so.
+    Release,
+    /// The admin API's create: a new server only.
+    Create,
+    /// The admin API's update: a new version of an existing server, or a
+    /// new specification for one of its versions; `latest` makes it the
+    /// latest.
+    Update {
+        /// Make this version the latest.
+        latest: bool,
+    },
+}
+
+/// Plans publishing `spec` (a `McpServerBasicInfo`) with its tools and
+/// endpoint, as `mode` allows.
+pub(crate) fn plan_publish(
     registry: &Registry,
     namespace: &str,
     mut spec: Value,
     tools: Option<Value>,
     endpoint: Option<&EndpointSpec>,
+    mode: Publish,
     now: Millis,
 ) -> Result<Release, McpError> {
     let text = |v: &Value, name: &str| {
@@ -151,20 +172,33 @@ pub(crate) fn plan_release(
         .ok_or_else(|| {
             McpError::invalid("serverSpecification.versionDetail.version", "is required")
         })?;
-    let existing = find(registry, namespace, Some(&name), None);
-    if let Some(stored) = &existing {
-        if stored
-            .versions
+    let id_given = text(&spec, "id");
+    let existing = find(registry, namespace, Some(&name), id_given.as_deref());
+    let known = existing.as_ref().is_some_and(|s| {
+        s.versions
             .version_details
             .iter()
             .any(|v| v.version == version)
-        {
+    });
+    match (mode, &existing) {
+        (Publish::Release, Some(_)) if known => {
             return Err(McpError::Conflict(format!(
                 "Mcp Server {name} and target version {version} already exist, do not do release"
-            )));
+            )))
         }
+        (Publish::Create, Some(_)) => {
+            return Err(McpError::Conflict(format!(
+                "mcp server `{name}` has existed, please update it rather than create."
+            )))
+        }
+        (Publish::Update { .. }, None) => {
+            return Err(McpError::NotFound(format!(
+                "MCP server `{name}` not found in namespaceId: `{namespace}`"
+            )))
+        }
+        _ => {}
     }
-    let id = match (&existing, text(&spec, "id")) {
+    let id = match (&existing, id_given) {
         (Some(stored), _) => stored.versions.id.clone(),
         (None, Some(custom)) if is_uuid(&custom) => custom,
         (None, Some(_)) => {
@@ -175,7 +209,11 @@ pub(crate) fn plan_release(
         }
         (None, None) => name_uuid(namespace, &name),
     };
-    let latest = existing.is_none() || spec["versionDetail"]["is_latest"] == true;
+    let latest = match mode {
+        _ if existing.is_none() => true,
+        Publish::Update { latest } => latest,
+        _ => spec["versionDetail"]["is_latest"] == true,
+    };
     let detail = VersionDetail {
         version: version.clone(),
         release_date: Some(release_date(now)),
@@ -208,9 +246,13 @@ pub(crate) fn plan_release(
         remote["serviceRef"] = service_ref;
     }
     let tools_id = format!("{id}-{version}-mcp-tools.json");
-    if tools.is_some() {
+    let capabilities = if tools.is_some() {
         object.insert("toolsDescriptionRef".to_owned(), json!(tools_id));
-    }
+        json!(["TOOL"])
+    } else {
+        json!([])
+    };
+    object.insert("capabilities".to_owned(), capabilities);
 
     let mut versions = match existing.as_ref() {
         Some(stored) => stored.versions.clone(),
@@ -220,17 +262,26 @@ pub(crate) fn plan_release(
             ..McpVersions::default()
         },
     };
-    versions.description = text(&spec, "description");
-    versions.protocol = text(&spec, "protocol");
-    versions.front_protocol = text(&spec, "frontProtocol");
-    versions.capabilities = spec.get("capabilities").filter(|c| !c.is_null()).cloned();
     if latest {
+        versions.name = name.clone();
+        versions.description = text(&spec, "description");
+        versions.protocol = text(&spec, "protocol");
+        versions.front_protocol = text(&spec, "frontProtocol");
+        versions.capabilities = spec.get("capabilities").cloned();
         versions.latest_published_version = version.clone();
     }
-    versions.version_details.push(VersionDetail {
-        is_latest: false,
-        ..detail
-    });
+    match versions
+        .version_details
+        .iter_mut()
+        .find(|v| v.version == version)
+    {
+        Some(held) if latest => held.release_date = detail.release_date.clone(),
+        Some(_) => {}
+        None => versions.version_details.push(VersionDetail {
+            is_latest: false,
+            ..detail
+        }),
+    }
     let mut writes = vec![Op::PublishConfig {
         key: key(
             namespace,
@@ -364,7 +415,7 @@ pub(crate) fn detail(
         &format!("{id}-{version}-mcp-server.json"),
     )?;
     let item = registry.config(&spec_key).ok_or_else(|| {
-        McpError::NotFound(format!(
+        McpError::VersionNotFound(format!(
             "mcp server `{id}` for version `{version}` not found"
         ))
     })?;
@@ -414,6 +465,137 @@ pub(crate) fn detail(
         detail.insert("frontendEndpoints".to_owned(), json!([]));
     }
     Ok(Value::Object(detail))
+}
+
+/// Plans deleting `version` of a server (every version when `None`): its
+/// specifications and tools, the services made for its direct endpoints,
+/// and its version list (rewritten without the version, or removed with
+/// the last one).
+pub(crate) fn plan_delete(
+    registry: &Registry,
+    namespace: &str,
+    name: Option<&str>,
+    id: Option<&str>,
+    version: Option<&str>,
+) -> Result<Vec<Op>, McpError> {
+    let stored = find(registry, namespace, name, id).ok_or_else(|| {
+        McpError::NotFound(format!(
+            "MCP server `{}` not found in namespaceId: `{namespace}`",
+            name.or(id).unwrap_or("")
+        ))
+    })?;
+    let mut versions = stored.versions;
+    let doomed: Vec<String> = match version.filter(|v| !v.is_empty()) {
+        Some(v) if versions.version_details.iter().any(|d| d.version == v) => vec![v.to_owned()],
+        Some(v) => {
+            return Err(McpError::VersionNotFound(format!(
+                "mcp server `{}` for version `{v}` not found",
+                versions.id
+            )))
+        }
+        None => versions
+            .version_details
+            .iter()
+            .map(|d| d.version.clone())
+            .collect(),
+    };
+    let id = versions.id.clone();
+    let mut ops = Vec::new();
+    for v in &doomed {
+        for (group, data_id) in [
+            (SERVER_GROUP, format!("{id}-{v}-mcp-server.json")),
+            (TOOLS_GROUP, format!("{id}-{v}-mcp-tools.json")),
+        ] {
+            let key = key(namespace, group, &data_id)?;
+            if registry.config(&key).is_some() {
+                ops.push(Op::RemoveConfig { key });
+            }
+        }
+        let direct = ServiceKey::parse(
+            namespace,
+            ENDPOINT_GROUP,
+            &format!("{}::{v}", versions.name),
+        );
+        if let Some(service) = direct.ok().and_then(|k| registry.service(&k)) {
+            let owners: std::collections::BTreeSet<Owner> = service
+                .instances()
+                .filter(|i| matches!(i.owner, Owner::Persistent { .. }))
+                .map(|i| i.owner.clone())
+                .collect();
+            for owner in owners {
+                ops.push(Op::Deregister {
+                    service: service.key().clone(),
+                    owner,
+                });
+            }
+        }
+    }
+    versions
+        .version_details
+        .retain(|d| !doomed.contains(&d.version));
+    let versions_key = key(
+        namespace,
+        VERSIONS_GROUP,
+        &format!("{id}-mcp-versions.json"),
+    )?;
+    match versions.version_details.last() {
+        None => ops.push(Op::RemoveConfig { key: versions_key }),
+        Some(last) => {
+            if doomed.contains(&versions.latest_published_version) {
+                versions.latest_published_version = last.version.clone();
+            }
+            ops.insert(
+                0,
+                Op::PublishConfig {
+                    key: versions_key,
+                    spec: json_config(serde_json::to_string(&versions).unwrap_or_default()),
+                    cas_md5: Some(stored.md5),
+                },
+            );
+        }
+    }
+    Ok(ops)
+}
+
+/// The servers of `namespace` named `name` (`blur`: whose name contains
+/// it; no name: all), by name, as the admin API lists them: each server's
+/// version list with its latest version marked.
+pub(crate) fn list(
+    registry: &Registry,
+    namespace: &str,
+    name: Option<&str>,
+    blur: bool,
+) -> Vec<Value> {
+    let Ok(probe) = ConfigKey::parse(namespace, VERSIONS_GROUP, "probe") else {
+        return Vec::new();
+    };
+    let name = name.filter(|n| !n.is_empty()).map(|n| n.trim_matches('*'));
+    let mut servers: Vec<McpVersions> = registry
+        .configs_in(&probe.namespace)
+        .filter(|(key, _)| key.group == VERSIONS_GROUP)
+        .filter_map(|(_, item)| serde_json::from_str::<McpVersions>(&item.content).ok())
+        .filter(|v| match name {
+            None => true,
+            Some(n) if blur => v.name.contains(n),
+            Some(n) => v.name == n,
+        })
+        .collect();
+    servers.sort_by(|a, b| a.name.cmp(&b.name));
+    servers
+        .into_iter()
+        .map(|mut v| {
+            let latest = v.latest_published_version.clone();
+            for detail in &mut v.version_details {
+                detail.is_latest = detail.version == latest;
+            }
+            let current = v.version_details.iter().find(|d| d.is_latest).cloned();
+            let mut basic = serde_json::to_value(&v).unwrap_or_default();
+            basic["namespaceId"] = json!(namespace);
+            basic["version"] = json!(latest);
+            basic["versionDetail"] = serde_json::to_value(current).unwrap_or_default();
+            basic
+        })
+        .collect()
 }
 
 /// The service a server's endpoints are instances of, as stored.
@@ -510,12 +692,13 @@ mod tests {
             kind: Some("REF".to_owned()),
             data: [("serviceName".to_owned(), json!("weather-svc"))].into(),
         };
-        let planned = plan_release(
+        let planned = plan_publish(
             registry,
             "public",
             spec,
             Some(tools),
             Some(&endpoint),
+            Publish::Release,
             1_700_000_000_000,
         )?;
         apply(registry, planned.ops);
@@ -551,12 +734,13 @@ mod tests {
     #[test]
     fn a_release_without_a_name_or_version_names_the_field() {
         let registry = Registry::new(RegistryOptions::default());
-        let error = plan_release(
+        let error = plan_publish(
             &registry,
             "public",
             json!({"versionDetail":{"version":"1"}}),
             None,
             None,
+            Publish::Release,
             0,
         )
         .unwrap_err();
@@ -564,8 +748,16 @@ mod tests {
             error.to_string().contains("serverSpecification.name"),
             "{error}"
         );
-        let error =
-            plan_release(&registry, "public", json!({"name":"x"}), None, None, 0).unwrap_err();
+        let error = plan_publish(
+            &registry,
+            "public",
+            json!({"name":"x"}),
+            None,
+            None,
+            Publish::Release,
+            0,
+        )
+        .unwrap_err();
         assert!(
             error.to_string().contains("versionDetail.version"),
             "{error}"

@@ -187,3 +187,120 @@ async fn bad_mcp_requests_are_refused_naming_the_field() -> anyhow::Result<()> {
     assert_eq!(unknown["errorCode"], 404, "{unknown}");
     Ok(())
 }
+
+/// The admin plane, form-encoded as nacos-maintainer-sdk-python sends it
+/// (the SDK itself runs against it in `python/examples`): create with a
+/// direct endpoint, update to a new latest version, list exact and blur,
+/// read each version, delete one version, then the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_creates_updates_lists_and_deletes_a_server() -> anyhow::Result<()> {
+    let server = Server::start(Settings::default()).await?;
+    let http = reqwest::Client::new();
+    let url = server.url("/nacos/v3/admin/ai/mcp");
+    let spec = |version: &str| {
+        json!({"name":"search","protocol":"mcp-streamable","description":format!("search {version}"),
+            "versionDetail":{"version":version},"remoteServerConfig":{"exportPath":"/mcp"}})
+        .to_string()
+    };
+    let direct = json!({"type":"DIRECT","data":{"address":"10.0.0.5","port":"9000"}}).to_string();
+    let created: Value = http
+        .post(&url)
+        .form(&[
+            ("mcpName", "search"),
+            ("serverSpecification", &spec("1.0.0")),
+            ("endpointSpecification", &direct),
+            ("toolSpecification", r#"{"tools":[{"name":"find"}]}"#),
+        ])
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(created["code"], 0, "{created}");
+    let id = created["data"].as_str().unwrap_or_default().to_owned();
+    let again = http
+        .post(&url)
+        .form(&[("serverSpecification", spec("1.0.0"))])
+        .send()
+        .await?;
+    assert_eq!(again.status(), reqwest::StatusCode::CONFLICT);
+
+    let updated: Value = http
+        .put(&url)
+        .form(&[
+            ("serverSpecification", spec("2.0.0")),
+            ("latest", "true".to_owned()),
+        ])
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(updated["data"], "ok", "{updated}");
+
+    let list = |query: &'static str| {
+        let http = http.clone();
+        let url = server.url(&format!("/nacos/v3/admin/ai/mcp/list?{query}"));
+        async move { http.get(url).send().await?.json::<Value>().await }
+    };
+    let exact = list("mcpName=search").await?;
+    assert_eq!(exact["data"]["totalCount"], 1, "{exact}");
+    let item = &exact["data"]["pageItems"][0];
+    assert_eq!(
+        (item["id"].clone(), item["version"].clone()),
+        (json!(id), json!("2.0.0")),
+        "{exact}"
+    );
+    assert_eq!(item["versionDetail"]["is_latest"], true, "{exact}");
+    assert_eq!(list("mcpName=ear").await?["data"]["totalCount"], 0);
+    assert_eq!(
+        list("mcpName=ear&search=blur").await?["data"]["totalCount"],
+        1
+    );
+
+    let get = |query: String| {
+        let http = http.clone();
+        let url = server.url(&format!("/nacos/v3/admin/ai/mcp?{query}"));
+        async move { http.get(url).send().await?.json::<Value>().await }
+    };
+    let first = get("mcpName=search&version=1.0.0".to_owned()).await?;
+    let detail = &first["data"];
+    assert_eq!(detail["description"], "search 1.0.0", "{first}");
+    assert_eq!(detail["capabilities"], json!(["TOOL"]), "{first}");
+    assert_eq!(
+        (
+            detail["backendEndpoints"][0]["address"].clone(),
+            detail["backendEndpoints"][0]["port"].clone()
+        ),
+        (json!("10.0.0.5"), json!(9000)),
+        "the direct endpoint, as an instance of mcp-endpoints/search::1.0.0: {first}"
+    );
+    let by_id = get(format!("mcpId={id}")).await?;
+    assert_eq!(by_id["data"]["version"], "2.0.0", "{by_id}");
+
+    // One version goes, with its direct endpoint; then the rest.
+    let deleted: Value = http
+        .delete(server.url("/nacos/v3/admin/ai/mcp?mcpName=search&version=1.0.0"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(deleted["data"], "ok", "{deleted}");
+    let endpoints = server
+        .instance_list("serviceName=search::1.0.0&groupName=mcp-endpoints")
+        .await;
+    assert_eq!(endpoints["hosts"], json!([]), "{endpoints}");
+    let left = get("mcpName=search".to_owned()).await?;
+    assert_eq!(
+        left["data"]["allVersions"].as_array().map(Vec::len),
+        Some(1),
+        "{left}"
+    );
+    let all: Value = http
+        .delete(server.url("/nacos/v3/admin/ai/mcp?mcpName=search"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(all["data"], "ok", "{all}");
+    assert_eq!(list("").await?["data"]["totalCount"], 0);
+    Ok(())
+}

@@ -69,12 +69,13 @@ pub(crate) async fn release(node: &Node, envelope: &Envelope) -> Result<Payload,
         .filter(|s| !s.is_null())
         .ok_or_else(|| DecodeError::new("serverSpecification", "is required"))?;
     let namespace = mcp::namespace(request.namespace_id.as_deref());
-    let planned = mcp::plan_release(
+    let planned = mcp::plan_publish(
         &node.registry(),
         &namespace,
         spec,
         request.tool_specification.clone().filter(|t| !t.is_null()),
         request.endpoint_specification.as_ref(),
+        mcp::Publish::Release,
         node.now(),
     );
     let release = match planned {

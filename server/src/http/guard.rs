@@ -289,6 +289,17 @@ fn resource(method: &Method, path: &str, p: &Params) -> Option<(String, Action)>
         return Some((resource("*", "*", "naming", "*"), Action::Read));
     }
     let console = path.starts_with("/understudy/v1/registry");
+    if path.starts_with("/nacos/v3/admin/ai/") {
+        // An MCP server is a resource of its namespace, by name.
+        let action = if method == Method::GET || method == Method::HEAD {
+            Action::Read
+        } else {
+            Action::Write
+        };
+        let namespace = p.get("namespaceId").unwrap_or("");
+        let name = p.get("mcpName").unwrap_or("");
+        return Some((resource(namespace, "", "ai", name), action));
+    }
     let kind = if path.contains("/ns/") || console {
         "naming"
     } else if path.contains("/cs/") {

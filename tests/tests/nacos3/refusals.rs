@@ -18,8 +18,8 @@ use understudy_tests::Server;
 /// of the line, which the answer's body must contain. Each endpoint has
 /// two lines: its bad parameter, then its missing resource. The server
 /// holds namespaces `ns-x` and `empty-ns`, the persistent instance
-/// 10.0.0.1:80 of `svc`, the config `d`/`g` (content `x`) and the user
-/// `taken`.
+/// 10.0.0.1:80 of `svc`, the config `d`/`g` (content `x`), the user
+/// `taken` and the MCP server `m` (version 1).
 const CASES: &str = r##"
 # the client plane
 POST /nacos/v3/client/ns/instance serviceName=svc&ip=10.0.0.1&port=-1 400 invalid port
@@ -163,6 +163,22 @@ GET /nacos/v3/admin/core/namespace/check namespaceId=nope 200 "data":0
 GET /nacos/v3/admin/core/cluster/node/list state=SIDEWAYS 400 invalid state
 GET /nacos/v3/admin/core/cluster/node/list address=10.9.9.9 200 "data":[]
 
+# the MCP registry
+GET /nacos/v3/admin/ai/mcp - 400 'mcpName'
+GET /nacos/v3/admin/ai/mcp mcpName=nope 404 "code":50000
+
+POST /nacos/v3/admin/ai/mcp serverSpecification=notjson 400 invalid serverSpecification
+POST /nacos/v3/admin/ai/mcp serverSpecification=%7B%22name%22%3A%22m%22%2C%22version%22%3A%222%22%7D 409 has existed
+
+PUT /nacos/v3/admin/ai/mcp serverSpecification=%7B%22name%22%3A%22m%22%7D 400 versionDetail.version
+PUT /nacos/v3/admin/ai/mcp serverSpecification=%7B%22name%22%3A%22nope%22%2C%22version%22%3A%221%22%7D 404 "code":50000
+
+DELETE /nacos/v3/admin/ai/mcp - 400 'mcpName'
+DELETE /nacos/v3/admin/ai/mcp mcpName=m&version=9 404 "code":50001
+
+GET /nacos/v3/admin/ai/mcp/list search=fuzzy 400 invalid search
+GET /nacos/v3/admin/ai/mcp/list mcpName=nope 200 "totalCount":0
+
 # auth
 POST /nacos/v3/auth/user username=fresh 400 'password'
 
@@ -288,6 +304,11 @@ async fn every_endpoint_names_a_bad_parameter_and_answers_a_missing_resource() -
             Method::POST,
             "/nacos/v3/auth/user",
             "username=taken&password=p",
+        ),
+        (
+            Method::POST,
+            "/nacos/v3/admin/ai/mcp",
+            "serverSpecification=%7B%22name%22%3A%22m%22%2C%22protocol%22%3A%22stdio%22%2C%22version%22%3A%221%22%7D",
         ),
     ] {
         let reply = client

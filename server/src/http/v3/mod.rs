@@ -9,6 +9,7 @@
 //! namespaces). Endpoints that exist for Nacos' own storage and loaders
 //! answer 501 naming what understudy does instead ([`unserved`]).
 
+mod ai;
 mod auth;
 mod clients;
 mod config;
@@ -30,6 +31,7 @@ pub(super) fn routes() -> Router<AppState> {
     let mut router = Router::new();
     for (path, route) in naming::routes()
         .into_iter()
+        .chain(ai::routes())
         .chain(auth::routes())
         .chain(auth::v1_routes())
         .chain(clients::routes())
