@@ -307,6 +307,23 @@ pub enum Op {
         /// The metadata keys to remove.
         keys: Vec<String>,
     },
+    /// Take a lock for `ttl` ms from the command's timestamp (the
+    /// leader's clock), unless it is held and not yet expired.
+    AcquireLock {
+        /// Its type (`NACOS_LOCK`).
+        kind: String,
+        /// Its key.
+        key: String,
+        /// How long it is held unless released, ms.
+        ttl: Millis,
+    },
+    /// Release a held lock.
+    ReleaseLock {
+        /// Its type.
+        kind: String,
+        /// Its key.
+        key: String,
+    },
 }
 
 impl Op {

@@ -85,6 +85,20 @@ pub enum Error {
         /// How many services and configs it still holds.
         services: usize,
     },
+    /// The lock is held by someone and has not expired.
+    #[error("lock '{key}' is held until {until}")]
+    LockHeld {
+        /// Its key.
+        key: String,
+        /// When it expires, epoch ms.
+        until: u64,
+    },
+    /// The lock is not held.
+    #[error("lock '{key}' is not held")]
+    LockNotHeld {
+        /// Its key.
+        key: String,
+    },
     /// A compare-and-set publish found another md5.
     #[error("Cas publish fail, server md5 may have changed. dataId: {data_id}, group: {group}")]
     CasMismatch {

@@ -71,8 +71,8 @@ pub use name::{
 };
 pub use pattern::{GroupKeyPattern, PATTERN_SEPARATOR};
 pub use registry::{
-    Counts, NamespaceInfo, NamespaceSummary, NamespaceView, Page, Registry, RegistryOptions,
-    RegistrySnapshot,
+    Counts, LockName, NamespaceInfo, NamespaceSummary, NamespaceView, Page, Registry,
+    RegistryOptions, RegistrySnapshot,
 };
 pub use service::{
     check_protect_threshold, select, Selected, Selection, Selector, Service, ServiceMeta,

@@ -1,7 +1,7 @@
 //! Nacos 3 gRPC bodies that 2.x did not have, carried in the same
 //! [`crate::nacos_rpc`] envelope: fuzzy watch (the request, the initial
-//! and diff syncs, the change notices) and the ability names a server
-//! announces in its `SetupAckRequest`.
+//! and diff syncs, the change notices), locks, and the ability names a
+//! server announces in its `SetupAckRequest`.
 
 use std::collections::BTreeSet;
 
@@ -130,6 +130,104 @@ pub struct ConfigFuzzyWatchChange {
     pub group_key: String,
     pub change_type: &'static str,
     pub sync_type: &'static str,
+}
+
+/// The only lock type Nacos serves.
+pub const NACOS_LOCK: &str = "NACOS_LOCK";
+/// How long a lock is held when the request gives no (or a negative)
+/// `expiredTime`, ms (Nacos' `nacos.lock.default_expire_time`).
+pub const LOCK_DEFAULT_TTL_MS: u64 = 30_000;
+/// The longest a lock is held, ms (Nacos' `nacos.lock.max_expire_time`).
+pub const LOCK_MAX_TTL_MS: u64 = 1_800_000;
+
+/// `LockOperationRequest` (module `lock`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LockOperationRequest {
+    pub lock_instance: Option<LockInstance>,
+    pub lock_operation_enum: Option<String>,
+}
+
+/// `LockInstance`: the lock's key, type, and how long to hold it (ms).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LockInstance {
+    pub key: Option<String>,
+    pub expired_time: Option<i64>,
+    pub lock_type: Option<String>,
+    pub params: Option<serde_json::Value>,
+}
+
+/// What a lock request asks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockOperation {
+    /// Take the lock for `ttl` ms.
+    Acquire {
+        /// Its type.
+        kind: String,
+        /// Its key.
+        key: String,
+        /// How long, ms.
+        ttl: u64,
+    },
+    /// Release it.
+    Release {
+        /// Its type.
+        kind: String,
+        /// Its key.
+        key: String,
+    },
+}
+
+impl LockOperationRequest {
+    /// The operation, checked: a key, the `NACOS_LOCK` type (the default),
+    /// `ACQUIRE` (its time defaulted and capped as Nacos does) or
+    /// `RELEASE`.
+    pub fn operation(&self) -> Result<LockOperation, DecodeError> {
+        let instance = self
+            .lock_instance
+            .as_ref()
+            .ok_or_else(|| DecodeError::new("lockInstance", "is required"))?;
+        let key = instance
+            .key
+            .clone()
+            .filter(|k| !k.is_empty())
+            .ok_or_else(|| DecodeError::new("lockInstance.key", "is required"))?;
+        let kind = instance
+            .lock_type
+            .clone()
+            .filter(|t| !t.is_empty())
+            .unwrap_or_else(|| NACOS_LOCK.to_owned());
+        if kind != NACOS_LOCK {
+            return Err(DecodeError::new(
+                "lockInstance.lockType",
+                format!("'{kind}' is not a lock type; the one served is {NACOS_LOCK}"),
+            ));
+        }
+        match self.lock_operation_enum.as_deref() {
+            Some("ACQUIRE") => {
+                let ttl = match instance.expired_time {
+                    Some(ms) if ms >= 0 => (ms as u64).min(LOCK_MAX_TTL_MS),
+                    _ => LOCK_DEFAULT_TTL_MS,
+                };
+                Ok(LockOperation::Acquire { kind, key, ttl })
+            }
+            Some("RELEASE") => Ok(LockOperation::Release { kind, key }),
+            other => Err(DecodeError::new(
+                "lockOperationEnum",
+                format!(
+                    "'{}' is neither ACQUIRE nor RELEASE (there is no handler of such operations)",
+                    other.unwrap_or("")
+                ),
+            )),
+        }
+    }
+}
+
+/// `LockOperationResponse`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LockOperationBody {
+    pub result: bool,
 }
 
 /// A service's key in fuzzy-watch messages: `namespace@@group@@name`.

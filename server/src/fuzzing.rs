@@ -202,6 +202,11 @@ fn nacos_request(envelope: &Envelope) -> Result<(), DecodeError> {
         | RequestKind::McpServerEndpoint => {
             envelope.decode::<understudy_proto::nacos_ai::McpRequest>()?;
         }
+        RequestKind::LockOperation => {
+            envelope
+                .decode::<understudy_proto::nacos3_rpc::LockOperationRequest>()?
+                .operation()?;
+        }
         RequestKind::ConfigBatchListen => {
             let request: ConfigBatchListenRequest = envelope.decode()?;
             for context in request.config_listen_contexts.unwrap_or_default() {

@@ -21,10 +21,12 @@ use crate::{
     Owner, RemovalCause, Service, ServiceKey, ServiceName,
 };
 use history::History;
+pub use locks::LockName;
 
 mod access;
 mod configs;
 mod history;
+mod locks;
 mod namespaces;
 mod naming;
 
@@ -162,6 +164,8 @@ pub struct RegistrySnapshot {
     /// Nodes the leader declared lost ([`Op::NodeLost`]) and that have not
     /// come back.
     pub lost_nodes: Vec<u64>,
+    /// Held locks: (type, key) and the instant each expires.
+    pub locks: Vec<(locks::LockName, Millis)>,
 }
 
 /// The registry.
@@ -190,6 +194,8 @@ pub struct Registry {
     /// The last config id or history id handed out.
     serial: u64,
     lost_nodes: BTreeSet<u64>,
+    /// Held locks, by (type, key), with the instant each expires.
+    locks: BTreeMap<locks::LockName, Millis>,
 }
 
 fn default_namespace_info() -> NamespaceInfo {
@@ -218,6 +224,7 @@ impl Registry {
             access: access::Access::default(),
             serial: 0,
             lost_nodes: BTreeSet::new(),
+            locks: BTreeMap::new(),
         }
     }
 
@@ -502,6 +509,7 @@ impl Registry {
             permissions: self.access.permissions(),
             serial: self.serial,
             lost_nodes: self.lost_nodes.iter().copied().collect(),
+            locks: self.locks.iter().map(|(n, at)| (n.clone(), *at)).collect(),
         }
     }
 
@@ -522,6 +530,7 @@ impl Registry {
             access::Access::restore(snapshot.users, snapshot.roles, snapshot.permissions);
         registry.serial = snapshot.serial;
         registry.lost_nodes = snapshot.lost_nodes.into_iter().collect();
+        registry.locks = snapshot.locks.into_iter().collect();
         for service in snapshot.services {
             for instance in service.instances.values() {
                 registry
@@ -648,6 +657,12 @@ impl Registry {
             Op::NodeBack { node } => {
                 self.lost_nodes.remove(node);
             }
+            Op::AcquireLock { kind, key, ttl } => {
+                self.drop_expired_locks(tx.at);
+                let until = tx.at.saturating_add(*ttl);
+                self.acquire_lock(&tx, &(kind.clone(), key.clone()), until)?;
+            }
+            Op::ReleaseLock { kind, key } => self.release_lock(&(kind.clone(), key.clone()))?,
         }
         Ok(self.commit(tx))
     }

@@ -49,11 +49,13 @@ pub enum RequestKind {
     ReleaseMcpServer,
     /// Register or deregister an endpoint of an MCP server.
     McpServerEndpoint,
+    /// Take or release a lock.
+    LockOperation,
 }
 
 impl RequestKind {
     /// Every type, in dispatch order.
-    pub const ALL: [RequestKind; 18] = [
+    pub const ALL: [RequestKind; 19] = [
         RequestKind::ServerCheck,
         RequestKind::ConnectionSetup,
         RequestKind::HealthCheck,
@@ -72,6 +74,7 @@ impl RequestKind {
         RequestKind::QueryMcpServer,
         RequestKind::ReleaseMcpServer,
         RequestKind::McpServerEndpoint,
+        RequestKind::LockOperation,
     ];
 
     /// The type a payload names, if the server answers it.
@@ -100,6 +103,7 @@ impl RequestKind {
             RequestKind::QueryMcpServer => "QueryMcpServerRequest",
             RequestKind::ReleaseMcpServer => "ReleaseMcpServerRequest",
             RequestKind::McpServerEndpoint => "McpServerEndpointRequest",
+            RequestKind::LockOperation => "LockOperationRequest",
         }
     }
 
@@ -123,6 +127,7 @@ impl RequestKind {
             RequestKind::QueryMcpServer => "QueryMcpServerResponse",
             RequestKind::ReleaseMcpServer => "ReleaseMcpServerResponse",
             RequestKind::McpServerEndpoint => "McpServerEndpointResponse",
+            RequestKind::LockOperation => "LockOperationResponse",
         }
     }
 

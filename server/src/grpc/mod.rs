@@ -9,6 +9,7 @@ mod config;
 mod conn;
 mod fuzzy;
 pub(crate) mod kind;
+mod lock;
 pub(crate) mod naming;
 pub(crate) mod native;
 
@@ -266,7 +267,7 @@ async fn read(
 pub(crate) const ABILITIES: [(&str, bool); 5] = [
     (ability::PERSISTENT_INSTANCE_BY_GRPC, true),
     (ability::FUZZY_WATCH, true),
-    (ability::LOCK, false),
+    (ability::LOCK, true),
     (ability::MCP, true),
     (ability::AGENT, false),
 ];

@@ -22,6 +22,7 @@ use super::config;
 use super::conn::Conn;
 use super::fuzzy;
 use super::kind::{Failure, RequestKind};
+use super::lock;
 use crate::node::Node;
 use crate::push::PushTarget;
 
@@ -100,6 +101,7 @@ pub(crate) async fn dispatch(node: &Node, conn: &Arc<Conn>, envelope: Envelope) 
         Some(RequestKind::QueryMcpServer) => ai::query(node, &envelope),
         Some(RequestKind::ReleaseMcpServer) => ai::release(node, &envelope).await,
         Some(RequestKind::McpServerEndpoint) => ai::endpoint(node, conn, &envelope).await,
+        Some(RequestKind::LockOperation) => lock::operate(node, &envelope).await,
         Some(RequestKind::ServerCheck | RequestKind::ConnectionSetup) | None => Err(Failure {
             code: NO_HANDLER,
             message: format!(

@@ -239,7 +239,9 @@ impl From<CoreError> for ApiError {
             }
             CoreError::NamespaceExists { .. } => bad(ErrorCode::NamespaceAlreadyExist),
             CoreError::NamespaceNotFound { .. } => bad(ErrorCode::NamespaceNotExist),
-            CoreError::CasMismatch { .. } => Self::new(
+            CoreError::CasMismatch { .. }
+            | CoreError::LockHeld { .. }
+            | CoreError::LockNotHeld { .. } => Self::new(
                 StatusCode::CONFLICT,
                 ErrorCode::ResourceConflict,
                 None,

@@ -7,13 +7,13 @@ use serde::Serialize;
 use thiserror::Error;
 
 /// The format this build writes.
-pub const FORMAT: u8 = 4;
+pub const FORMAT: u8 = 5;
 
-/// Older formats this build reads as [`FORMAT`]: format 4 added commands
-/// at the end of `Op` and fields to the snapshot, so every format-3 entry
-/// and message means the same in format 4; a format-3 snapshot body is
-/// read by `snapshot.rs`.
-const READS: &[u8] = &[3];
+/// Older formats this build reads as [`FORMAT`]: formats 4 and 5 each
+/// added commands at the end of `Op` and fields to the snapshot, so every
+/// format-3 and format-4 entry and message means the same in format 5;
+/// their snapshot bodies are read by `snapshot.rs`.
+const READS: &[u8] = &[3, 4];
 
 /// Why bytes could not be decoded.
 #[derive(Debug, Error)]

@@ -1,7 +1,8 @@
 //! What a raft snapshot holds, and how it is read: in this build's
-//! format, or in format 3, the previous version's, whose configs had no
-//! ids, origins, gray releases or history. A data dir or a peer of that version still
-//! loads; its configs get ids in key order and empty histories.
+//! format; in format 4, whose registry held no locks (it loads with none);
+//! or in format 3, whose configs had no ids, origins, gray releases or
+//! history. A data dir or a peer of those versions still loads; format-3
+//! configs get ids in key order and empty histories.
 
 use std::sync::Arc;
 
@@ -25,12 +26,68 @@ pub(super) struct SnapshotBody {
     pub(super) genesis: Option<String>,
 }
 
-/// Reads a snapshot body of this build's format, or of format 3.
+/// Reads a snapshot body of this build's format, or of formats 4 and 3.
 pub(super) fn decode_body(bytes: &[u8]) -> Result<SnapshotBody, codec::CodecError> {
     match bytes.split_first() {
         Some((&FORMAT_3, body)) => Ok(read_format_3(body)?),
+        Some((&FORMAT_4, body)) => Ok(read_format_4(body)?),
         _ => codec::decode(bytes),
     }
+}
+
+/// The format before locks.
+const FORMAT_4: u8 = 4;
+
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+struct SnapshotBodyV4 {
+    last_applied: Option<LogId<NodeId>>,
+    membership: StoredMembership<NodeId, Member>,
+    registry: RegistryV4,
+    genesis: Option<String>,
+}
+
+/// [`RegistrySnapshot`] as format 4 wrote it: the same fields, without
+/// `locks`.
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+struct RegistryV4 {
+    revision: u64,
+    namespaces: Vec<(NamespaceId, NamespaceInfo)>,
+    services: Vec<Arc<Service>>,
+    configs: Vec<(ConfigKey, Arc<ConfigItem>)>,
+    grays: Vec<(ConfigKey, Arc<understudy_core::GrayRelease>)>,
+    history: Vec<Arc<understudy_core::HistoryEntry>>,
+    users: Vec<(String, String)>,
+    roles: Vec<(String, String)>,
+    permissions: Vec<understudy_core::access::Permission>,
+    serial: u64,
+    lost_nodes: Vec<u64>,
+}
+
+/// Reads a format-4 body (without its version byte).
+fn read_format_4(body: &[u8]) -> Result<SnapshotBody, postcard::Error> {
+    let old: SnapshotBodyV4 = postcard::from_bytes(body)?;
+    let r = old.registry;
+    Ok(SnapshotBody {
+        last_applied: old.last_applied,
+        membership: old.membership,
+        registry: RegistrySnapshot {
+            revision: r.revision,
+            namespaces: r.namespaces,
+            services: r.services,
+            configs: r.configs,
+            grays: r.grays,
+            history: r.history,
+            users: r.users,
+            roles: r.roles,
+            permissions: r.permissions,
+            serial: r.serial,
+            lost_nodes: r.lost_nodes,
+            locks: Vec::new(),
+        },
+        genesis: old.genesis,
+    })
 }
 
 /// The previous version's format.
@@ -109,6 +166,7 @@ fn read_format_3(body: &[u8]) -> Result<SnapshotBody, postcard::Error> {
             permissions: Vec::new(),
             serial,
             lost_nodes: old.registry.lost_nodes,
+            locks: Vec::new(),
         },
         genesis: old.genesis,
     })
@@ -160,5 +218,40 @@ mod tests {
         assert_eq!(configs, vec![("a", "one", 1), ("b", "two", 2)]);
         assert_eq!(body.registry.serial, 2, "new ids start after them");
         assert_eq!(body.registry.configs[0].1.created, 42);
+    }
+
+    #[test]
+    fn a_format_4_snapshot_loads_with_no_locks() {
+        let written = SnapshotBodyV4 {
+            last_applied: None,
+            membership: StoredMembership::default(),
+            registry: RegistryV4 {
+                revision: 9,
+                namespaces: vec![],
+                services: vec![],
+                configs: vec![],
+                grays: vec![],
+                history: vec![],
+                users: vec![("u".to_owned(), "hash".to_owned())],
+                roles: vec![],
+                permissions: vec![],
+                serial: 4,
+                lost_nodes: vec![2],
+            },
+            genesis: Some("cluster".to_owned()),
+        };
+        let mut bytes = vec![FORMAT_4];
+        postcard::to_io(&written, &mut bytes).unwrap();
+        let body = decode_body(&bytes).expect("format 4 loads");
+        assert_eq!(body.registry.revision, 9);
+        assert_eq!(
+            body.registry.users,
+            vec![("u".to_owned(), "hash".to_owned())]
+        );
+        assert_eq!(
+            (body.registry.serial, body.registry.lost_nodes),
+            (4, vec![2])
+        );
+        assert!(body.registry.locks.is_empty());
     }
 }

@@ -41,12 +41,18 @@ async fn the_setup_ack_announces_fuzzy_watch_and_only_what_is_served() -> anyhow
     let server = Server::start(Settings::default()).await?;
     let client = RawClient::connect(server.grpc, None).await?;
     let abilities = client.abilities();
-    for served in ["fuzzyWatch", "supportPersistentInstanceByGrpc", "mcp"] {
+    for served in [
+        "fuzzyWatch",
+        "supportPersistentInstanceByGrpc",
+        "mcp",
+        "lock",
+    ] {
         assert_eq!(abilities[served], true, "{served}: {abilities}");
     }
-    for unserved in ["lock", "agent"] {
-        assert_eq!(abilities[unserved], false, "{unserved}: {abilities}");
-    }
+    assert_eq!(
+        abilities["agent"], false,
+        "the A2A registry is not served: {abilities}"
+    );
     Ok(())
 }
 

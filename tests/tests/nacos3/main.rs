@@ -9,12 +9,14 @@
 //! - `refusals`: a bad parameter and a missing resource at every endpoint;
 //! - `fuzzy_watch`: Nacos 3's fuzzy watch of services and configs at the
 //!   wire;
-//! - `mcp`: the MCP registry over gRPC and the admin API.
+//! - `mcp`: the MCP registry over gRPC and the admin API;
+//! - `lock`: distributed locks, on one node and across nodes.
 
 mod endpoints;
 mod fuzzy_watch;
 mod gray;
 mod http;
+mod lock;
 mod mcp;
 mod rbac;
 mod refusals;

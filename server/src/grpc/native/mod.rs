@@ -231,6 +231,8 @@ fn status(e: understudy_core::Error) -> tonic::Status {
         Error::ServiceNotEmpty { .. }
         | Error::NamespaceNotEmpty { .. }
         | Error::KindMismatch { .. }
-        | Error::CasMismatch { .. } => tonic::Status::failed_precondition(message),
+        | Error::CasMismatch { .. }
+        | Error::LockHeld { .. }
+        | Error::LockNotHeld { .. } => tonic::Status::failed_precondition(message),
     }
 }
