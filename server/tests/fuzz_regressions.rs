@@ -295,6 +295,41 @@ fn nacos_seeds() -> Vec<(&'static str, Vec<u8>)> {
                 r#"{"listen":true,"configListenContexts":[{"dataId":"app.yaml","group":"DEFAULT_GROUP","tenant":"","md5":"d41d8cd98f00b204e9800998ecf8427e"}]}"#,
             ),
         ),
+        (
+            "naming_fuzzy_watch",
+            payload(
+                "NamingFuzzyWatchRequest",
+                r#"{"namespace":"public","groupKeyPattern":"public>>DEFAULT_GROUP>>svc-*","receivedGroupKeys":["public@@DEFAULT_GROUP@@svc-a"],"watchType":"WATCH","initializing":true}"#,
+            ),
+        ),
+        (
+            "config_fuzzy_watch",
+            payload(
+                "ConfigFuzzyWatchRequest",
+                r#"{"groupKeyPattern":"public>>*>>app-*","receivedGroupKeys":[],"watchType":"CANCEL_WATCH","isInitializing":false}"#,
+            ),
+        ),
+        (
+            "mcp_release",
+            payload(
+                "ReleaseMcpServerRequest",
+                r#"{"namespaceId":"public","serverSpecification":{"name":"weather","protocol":"mcp-sse","versionDetail":{"version":"1.0.0"}},"toolSpecification":{"tools":[{"name":"today"}]},"endpointSpecification":{"type":"REF","data":{"serviceName":"weather"}}}"#,
+            ),
+        ),
+        (
+            "mcp_endpoint",
+            payload(
+                "McpServerEndpointRequest",
+                r#"{"mcpName":"weather","address":"10.0.0.9","port":8931,"version":"1.0.0","type":"registerEndpoint"}"#,
+            ),
+        ),
+        (
+            "lock",
+            payload(
+                "LockOperationRequest",
+                r#"{"lockOperationEnum":"ACQUIRE","lockInstance":{"key":"job","expiredTime":30000,"lockType":"NACOS_LOCK"}}"#,
+            ),
+        ),
     ]
 }
 
