@@ -9,7 +9,6 @@ import urllib.parse
 import urllib.request
 
 from v2.nacos import (
-    ClientConfigBuilder,
     ConfigParam,
     ListInstanceParam,
     NacosConfigService,
@@ -17,17 +16,7 @@ from v2.nacos import (
     RegisterInstanceParam,
 )
 
-
-def client_config(server_addr, tmp_path):
-    # The SDK writes logs and a cache under the home directory unless told.
-    return (
-        ClientConfigBuilder()
-        .server_address(server_addr)
-        .log_dir(str(tmp_path / "logs"))
-        .cache_dir(str(tmp_path / "cache"))
-        .log_level("WARNING")
-        .build()
-    )
+from sdk_config import client_config
 
 
 def http_get(url, path, **query):

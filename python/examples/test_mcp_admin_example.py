@@ -9,7 +9,6 @@ import asyncio
 import pytest
 
 from maintainer.ai.nacos_ai_maintainer_service import NacosAIMaintainerService
-from v2.nacos import ClientConfigBuilder
 from v2.nacos.ai.model.mcp.mcp import (
     McpServerBasicInfo,
     McpServerRemoteServiceConfig,
@@ -18,6 +17,8 @@ from v2.nacos.ai.model.mcp.mcp import (
 )
 from v2.nacos.ai.model.mcp.registry import ServerVersionDetail
 from v2.nacos.common.nacos_exception import NacosException
+
+from sdk_config import client_config
 
 
 def spec(version):
@@ -39,13 +40,7 @@ def tools(*names):
 
 def test_the_admin_api_creates_updates_lists_and_deletes_a_server(understudy, tmp_path):
     async def scenario():
-        admin = await NacosAIMaintainerService.create_ai_service(
-            ClientConfigBuilder()
-            .server_address(understudy.server_addr)
-            .log_dir(str(tmp_path / "logs"))
-            .log_level("WARNING")
-            .build()
-        )
+        admin = await NacosAIMaintainerService.create_ai_service(client_config(understudy.server_addr, tmp_path))
         assert await admin.create_mcp_server("public", "search", spec("1.0.0"), tools("find"), None)
         # Created once: a second create is refused (HTTP 409, as Nacos).
         with pytest.raises(NacosException, match="409"):

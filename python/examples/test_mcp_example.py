@@ -6,7 +6,6 @@ instance of the server's service."""
 
 import asyncio
 
-from v2.nacos import ClientConfigBuilder
 from v2.nacos.ai.model.ai_param import (
     GetMcpServerParam,
     RegisterMcpServerEndpointParam,
@@ -22,16 +21,7 @@ from v2.nacos.ai.model.mcp.mcp import (
 from v2.nacos.ai.model.mcp.registry import ServerVersionDetail
 from v2.nacos.ai.nacos_ai_service import NacosAIService
 
-
-def client_config(server_addr, tmp_path):
-    return (
-        ClientConfigBuilder()
-        .server_address(server_addr)
-        .log_dir(str(tmp_path / "logs"))
-        .cache_dir(str(tmp_path / "cache"))
-        .log_level("WARNING")
-        .build()
-    )
+from sdk_config import client_config
 
 
 def spec(version, latest):

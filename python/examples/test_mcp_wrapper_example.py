@@ -10,10 +10,11 @@ import time
 
 from nacos_mcp_wrapper.server.nacos_mcp import NacosMCP
 from nacos_mcp_wrapper.server.nacos_settings import NacosSettings
-from v2.nacos import ClientConfigBuilder
 from v2.nacos.ai.model.ai_param import GetMcpServerParam
 from v2.nacos.ai.nacos_ai_service import NacosAIService
 from v2.nacos.common.nacos_exception import NacosException
+
+from sdk_config import client_config
 
 
 def free_port():
@@ -35,14 +36,7 @@ def test_the_wrapper_registers_its_server_tools_and_endpoint(understudy, tmp_pat
 
     async def scenario():
         running = asyncio.create_task(server.run_sse_async())
-        reader = await NacosAIService.create_ai_service(
-            ClientConfigBuilder()
-            .server_address(understudy.server_addr)
-            .log_dir(str(tmp_path / "logs"))
-            .cache_dir(str(tmp_path / "cache"))
-            .log_level("WARNING")
-            .build()
-        )
+        reader = await NacosAIService.create_ai_service(client_config(understudy.server_addr, tmp_path))
         try:
             deadline = time.monotonic() + 30
             detail = None

@@ -7,7 +7,6 @@ import asyncio
 import time
 
 from v2.nacos import (
-    ClientConfigBuilder,
     ConfigParam,
     ListInstanceParam,
     NacosConfigService,
@@ -15,16 +14,7 @@ from v2.nacos import (
     RegisterInstanceParam,
 )
 
-
-def client_config(server_addr, tmp_path):
-    return (
-        ClientConfigBuilder()
-        .server_address(server_addr)
-        .log_dir(str(tmp_path / "logs"))
-        .cache_dir(str(tmp_path / "cache"))
-        .log_level("WARNING")
-        .build()
-    )
+from sdk_config import client_config
 
 
 async def eventually(probe, within=10.0):

@@ -22,22 +22,28 @@ fn refused(response: &str, e: &McpError) -> Payload {
     error_response_as(response, e.code(), e.to_string())
 }
 
-fn name(request: &McpRequest) -> Option<&str> {
-    request.mcp_name.as_deref().filter(|n| !n.is_empty())
+/// The server a request names, or its refusal in `response`'s type.
+fn name<'a>(request: &'a McpRequest, response: &str) -> Result<&'a str, Box<Payload>> {
+    request
+        .mcp_name
+        .as_deref()
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| {
+            let missing = McpError::Invalid {
+                field: "mcpName",
+                reason: "is required".to_owned(),
+            };
+            Box::new(refused(response, &missing))
+        })
 }
 
 /// Answers a `QueryMcpServerRequest`.
 pub(crate) fn query(node: &Node, envelope: &Envelope) -> Result<Payload, Failure> {
     const RESPONSE: &str = "QueryMcpServerResponse";
     let request: McpRequest = envelope.decode()?;
-    let Some(name) = name(&request) else {
-        return Ok(refused(
-            RESPONSE,
-            &McpError::Invalid {
-                field: "mcpName",
-                reason: "is required".to_owned(),
-            },
-        ));
+    let name = match name(&request, RESPONSE) {
+        Ok(name) => name,
+        Err(refusal) => return Ok(*refusal),
     };
     let namespace = mcp::namespace(request.namespace_id.as_deref());
     let found = mcp::detail(
@@ -107,14 +113,9 @@ pub(crate) async fn endpoint(
 ) -> Result<Payload, Failure> {
     const RESPONSE: &str = "McpServerEndpointResponse";
     let request: McpRequest = envelope.decode()?;
-    let Some(name) = name(&request) else {
-        return Ok(refused(
-            RESPONSE,
-            &McpError::Invalid {
-                field: "mcpName",
-                reason: "is required".to_owned(),
-            },
-        ));
+    let name = match name(&request, RESPONSE) {
+        Ok(name) => name,
+        Err(refusal) => return Ok(*refusal),
     };
     let kind = request.kind.clone().unwrap_or_default();
     if kind != REGISTER_ENDPOINT && kind != DEREGISTER_ENDPOINT {

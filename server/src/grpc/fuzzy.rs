@@ -21,38 +21,36 @@ use super::kind::Failure;
 use crate::fuzzy::{Hub, Member, Notice, Refused, Watches, MAX_MATCHES, MAX_PATTERNS};
 use crate::node::Node;
 
-/// Answers a `NamingFuzzyWatchRequest`.
-pub(crate) fn naming(
+/// Answers a `NamingFuzzyWatchRequest` (`naming`) or a
+/// `ConfigFuzzyWatchRequest`.
+pub(crate) fn watch(
     node: &Node,
     conn: &Arc<Conn>,
     envelope: &Envelope,
+    naming: bool,
 ) -> Result<Payload, Failure> {
     let state = node.state();
-    answer(
-        node,
-        conn,
-        envelope,
-        "NamingFuzzyWatchResponse",
-        state.fuzzy_services(),
-        conn.fuzzy_services(),
-    )
-}
-
-/// Answers a `ConfigFuzzyWatchRequest`.
-pub(crate) fn config(
-    node: &Node,
-    conn: &Arc<Conn>,
-    envelope: &Envelope,
-) -> Result<Payload, Failure> {
-    let state = node.state();
-    answer(
-        node,
-        conn,
-        envelope,
-        "ConfigFuzzyWatchResponse",
-        state.fuzzy_configs(),
-        conn.fuzzy_configs(),
-    )
+    if naming {
+        let watches = conn.fuzzy_services();
+        answer(
+            node,
+            conn,
+            envelope,
+            "NamingFuzzyWatchResponse",
+            state.fuzzy_services(),
+            watches,
+        )
+    } else {
+        let watches = conn.fuzzy_configs();
+        answer(
+            node,
+            conn,
+            envelope,
+            "ConfigFuzzyWatchResponse",
+            state.fuzzy_configs(),
+            watches,
+        )
+    }
 }
 
 fn answer<K: Member>(
