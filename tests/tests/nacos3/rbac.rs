@@ -4,8 +4,8 @@
 //! resource; a deleted user's token stops working at once; on a cluster,
 //! a permission granted on one node holds on the others once applied.
 //! Over HTTP v1, v2 and v3, Nacos gRPC (requests and the pushes a
-//! subscriber gets), the native API (listings, watches, sessions) and
-//! `ctl`.
+//! subscriber gets, and Nacos 3's fuzzy watches, MCP requests and locks),
+//! the native API (listings, watches, sessions) and `ctl`.
 
 use std::time::Duration;
 
@@ -1039,4 +1039,91 @@ async fn the_initial_admin_is_made_once_while_there_is_none() -> anyhow::Result<
     )
     .await;
     server.stop().await
+}
+
+/// Nacos 3's gRPC additions follow the same permissions: a fuzzy watch
+/// needs read on its pattern (as a resource), an MCP query read and a
+/// release write on the server's namespace; a lock needs only a user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fuzzy_watches_mcp_servers_and_locks_follow_the_permissions() -> anyhow::Result<()> {
+    use understudy_tests::nacos_grpc::RawClient;
+    let team = team_a().await?;
+    let client = RawClient::connect(team.server.grpc, None).await?;
+    let as_user = |token: &str, mut body: Value| {
+        body["headers"] = json!({ "accessToken": token });
+        body
+    };
+    let watch = |pattern: &str| json!({"groupKeyPattern": pattern, "watchType": "WATCH", "initializing": true});
+    let release = |ns: &str| {
+        json!({"namespaceId": ns, "serverSpecification":
+            {"name": "tool", "protocol": "stdio", "versionDetail": {"version": "1"}}})
+    };
+    let query = |ns: &str| json!({"namespaceId": ns, "mcpName": "tool"});
+    let lock =
+        json!({"lockOperationEnum": "ACQUIRE", "lockInstance": {"key": "k", "expiredTime": 1000}});
+    let cases = [
+        (
+            "NamingFuzzyWatchRequest",
+            as_user(&team.reader, watch("team-a>>*>>svc-*")),
+            true,
+        ),
+        (
+            "NamingFuzzyWatchRequest",
+            as_user(&team.reader, watch("public>>*>>*")),
+            false,
+        ),
+        (
+            "ConfigFuzzyWatchRequest",
+            as_user(&team.reader, watch("team-a>>*>>*")),
+            true,
+        ),
+        (
+            "ReleaseMcpServerRequest",
+            as_user(&team.reader, release("team-a")),
+            false,
+        ),
+        (
+            "ReleaseMcpServerRequest",
+            as_user(&team.writer, release("team-a")),
+            true,
+        ),
+        (
+            "ReleaseMcpServerRequest",
+            as_user(&team.writer, release("public")),
+            false,
+        ),
+        (
+            "QueryMcpServerRequest",
+            as_user(&team.reader, query("team-a")),
+            true,
+        ),
+        (
+            "QueryMcpServerRequest",
+            as_user(&team.reader, query("public")),
+            false,
+        ),
+        (
+            "LockOperationRequest",
+            as_user(&team.reader, lock.clone()),
+            true,
+        ),
+        ("LockOperationRequest", lock, false),
+    ];
+    for (kind, body, allowed) in cases {
+        let (_, answer) = client.call(kind, body.clone()).await?;
+        if allowed {
+            assert_eq!(answer["success"], true, "{kind} {body}: {answer}");
+        } else {
+            assert_eq!(answer["errorCode"], 403, "{kind} {body}: {answer}");
+        }
+    }
+    // The admin may do all of it.
+    let (_, admin) = client
+        .call(
+            "QueryMcpServerRequest",
+            as_user(&team.admin, query("team-a")),
+        )
+        .await?;
+    assert_eq!(admin["success"], true, "{admin}");
+    Ok(())
 }
