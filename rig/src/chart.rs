@@ -566,73 +566,21 @@ mod tests {
 
     type Element = (String, BTreeMap<String, String>);
 
-    /// The document's elements in order, each with its attributes; an
-    /// error where it is not well-formed XML (tags unbalanced, an
-    /// attribute unquoted, a bare `<` or `&` in text).
+    /// The document's elements in order, each with its attributes
+    /// (entities resolved); an error where it is not well-formed XML.
     fn elements(svg: &str) -> Result<Vec<Element>, String> {
-        let mut out = Vec::new();
-        let mut open: Vec<String> = Vec::new();
-        let mut rest = svg;
-        while let Some(lt) = rest.find('<') {
-            check_text(&rest[..lt])?;
-            let gt = rest[lt..].find('>').ok_or("an unclosed tag")? + lt;
-            let tag = &rest[lt + 1..gt];
-            rest = &rest[gt + 1..];
-            if let Some(name) = tag.strip_prefix('/') {
-                match open.pop() {
-                    Some(o) if o == name => continue,
-                    o => return Err(format!("</{name}> closes {o:?}")),
-                }
-            }
-            let (tag, closed) = match tag.strip_suffix('/') {
-                Some(t) => (t, true),
-                None => (tag, false),
-            };
-            let (name, mut attrs) = tag.split_once(' ').unwrap_or((tag, ""));
-            let mut parsed = BTreeMap::new();
-            loop {
-                attrs = attrs.trim_start();
-                if attrs.is_empty() {
-                    break;
-                }
-                let (key, after) = attrs
-                    .split_once("=\"")
-                    .ok_or(format!("<{name}>: {attrs}"))?;
-                let (value, after) = after.split_once('"').ok_or("an unclosed value")?;
-                check_text(value)?;
-                let value = value
-                    .replace("&lt;", "<")
-                    .replace("&gt;", ">")
-                    .replace("&quot;", "\"")
-                    .replace("&apos;", "'")
-                    .replace("&amp;", "&");
-                parsed.insert(key.to_owned(), value);
-                attrs = after;
-            }
-            if !closed {
-                open.push(name.to_owned());
-            }
-            out.push((name.to_owned(), parsed));
-        }
-        check_text(rest)?;
-        if open.is_empty() {
-            Ok(out)
-        } else {
-            Err(format!("left open: {open:?}"))
-        }
-    }
-
-    fn check_text(text: &str) -> Result<(), String> {
-        for (i, _) in text.match_indices('&') {
-            let entity = &text[i..];
-            if !["&amp;", "&lt;", "&gt;", "&quot;", "&apos;"]
-                .iter()
-                .any(|e| entity.starts_with(e))
-            {
-                return Err(format!("a bare & in {text:?}"));
-            }
-        }
-        Ok(())
+        let document = roxmltree::Document::parse(svg).map_err(|e| e.to_string())?;
+        Ok(document
+            .descendants()
+            .filter(roxmltree::Node::is_element)
+            .map(|node| {
+                let attributes = node
+                    .attributes()
+                    .map(|a| (a.name().to_owned(), a.value().to_owned()))
+                    .collect();
+                (node.tag_name().name().to_owned(), attributes)
+            })
+            .collect())
     }
 
     /// The values of `attr` on `<g class="CLASS">` elements.

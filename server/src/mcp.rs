@@ -15,8 +15,7 @@
 
 use serde_json::{json, Map, Value};
 use understudy_core::{
-    content_md5, ConfigKey, ConfigSpec, InstanceSpec, Millis, Op, Owner, Registry, ServiceKey,
-    DEFAULT_GROUP,
+    ConfigKey, ConfigSpec, InstanceSpec, Millis, Op, Owner, Registry, ServiceKey, DEFAULT_GROUP,
 };
 use understudy_proto::nacos_ai::{
     EndpointInfo, EndpointSpec, McpVersions, VersionDetail, ENDPOINT_DIRECT, ENDPOINT_GROUP,
@@ -645,31 +644,17 @@ fn release_date(now: Millis) -> String {
     humantime::format_rfc3339_seconds(at).to_string()
 }
 
+/// Whether `raw` is a UUID written as Nacos checks one: 8-4-4-4-12 hex
+/// digits.
 fn is_uuid(raw: &str) -> bool {
-    let groups: Vec<&str> = raw.split('-').collect();
-    groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12])
-        && groups
-            .iter()
-            .all(|g| g.bytes().all(|b| b.is_ascii_hexdigit()))
+    raw.len() == 36 && uuid::Uuid::try_parse(raw).is_ok()
 }
 
-/// A name-based UUID (version 3: MD5 of the namespace and name), so two
-/// nodes releasing the same new server at once write the same items.
+/// A name-based UUID (version 3) of the namespace and name, so two nodes
+/// releasing the same new server at once write the same items.
 fn name_uuid(namespace: &str, name: &str) -> String {
-    let hex = content_md5(&format!("{namespace}/{name}"));
-    let mut digits: Vec<char> = hex.chars().collect();
-    digits[12] = '3';
-    let variant = digits[16].to_digit(16).unwrap_or(0);
-    digits[16] = std::char::from_digit((variant & 0x3) | 0x8, 16).unwrap_or('8');
-    let s: String = digits.into_iter().collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &s[0..8],
-        &s[8..12],
-        &s[12..16],
-        &s[16..20],
-        &s[20..32]
-    )
+    let name = format!("understudy:mcp/{namespace}/{name}");
+    uuid::Uuid::new_v3(&uuid::Uuid::NAMESPACE_URL, name.as_bytes()).to_string()
 }
 
 #[cfg(test)]

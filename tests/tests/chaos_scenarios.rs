@@ -44,55 +44,21 @@ async fn run_short(scenario: &Scenario, scale: f64) -> Report {
 /// An element's name and attributes.
 type Element = (String, BTreeMap<String, String>);
 
-/// The elements of an XML document in order, or where it is not
-/// well-formed: a tag left open or closed out of order, an attribute
-/// value unquoted. Enough for the charts, which have no comments,
-/// processing instructions or CDATA.
-fn elements(xml: &str) -> Result<Vec<Element>, String> {
-    let mut out = Vec::new();
-    let mut open: Vec<String> = Vec::new();
-    let mut rest = xml;
-    while let Some(lt) = rest.find('<') {
-        let gt = rest[lt..].find('>').ok_or("a tag never closed")? + lt;
-        let tag = &rest[lt + 1..gt];
-        rest = &rest[gt + 1..];
-        if let Some(name) = tag.strip_prefix('/') {
-            match open.pop() {
-                Some(o) if o == name => continue,
-                o => return Err(format!("</{name}> closes {o:?}")),
-            }
-        }
-        let (tag, empty) = match tag.strip_suffix('/') {
-            Some(t) => (t, true),
-            None => (tag, false),
-        };
-        let (name, mut attrs) = tag.split_once(' ').unwrap_or((tag, ""));
-        let mut parsed = BTreeMap::new();
-        while !attrs.trim_start().is_empty() {
-            let (key, after) = attrs
-                .trim_start()
-                .split_once("=\"")
-                .ok_or_else(|| format!("<{name}>: {attrs}"))?;
-            let (value, after) = after.split_once('"').ok_or("a value never closed")?;
-            let value = value
-                .replace("&lt;", "<")
-                .replace("&gt;", ">")
-                .replace("&quot;", "\"")
-                .replace("&apos;", "'")
-                .replace("&amp;", "&");
-            parsed.insert(key.to_owned(), value);
-            attrs = after;
-        }
-        if !empty {
-            open.push(name.to_owned());
-        }
-        out.push((name.to_owned(), parsed));
-    }
-    if open.is_empty() {
-        Ok(out)
-    } else {
-        Err(format!("left open: {open:?}"))
-    }
+/// The elements of an XML document in order, each with its attributes
+/// (entities resolved), or why it is not well-formed.
+fn elements(svg: &str) -> Result<Vec<Element>, String> {
+    let document = roxmltree::Document::parse(svg).map_err(|e| e.to_string())?;
+    Ok(document
+        .descendants()
+        .filter(roxmltree::Node::is_element)
+        .map(|node| {
+            let attributes = node
+                .attributes()
+                .map(|a| (a.name().to_owned(), a.value().to_owned()))
+                .collect();
+            (node.tag_name().name().to_owned(), attributes)
+        })
+        .collect())
 }
 
 /// The view lag chart draws one series per DC and marks each applied
