@@ -581,6 +581,10 @@ pub enum ErrorCode {
     McpServerNotFound,
     /// The MCP server has no such version.
     McpServerVersionNotFound,
+    /// No A2A agent of that name.
+    AgentNotFound,
+    /// The agent has no such version.
+    AgentVersionNotFound,
 }
 
 impl ErrorCode {
@@ -608,6 +612,8 @@ impl ErrorCode {
             ErrorCode::ApiFunctionDisabled => 40001,
             ErrorCode::McpServerNotFound => 50000,
             ErrorCode::McpServerVersionNotFound => 50001,
+            ErrorCode::AgentNotFound => 50100,
+            ErrorCode::AgentVersionNotFound => 50101,
         }
     }
 
@@ -635,6 +641,8 @@ impl ErrorCode {
             ErrorCode::ApiFunctionDisabled => "API function disabled.",
             ErrorCode::McpServerNotFound => "MCP server not found",
             ErrorCode::McpServerVersionNotFound => "MCP server version not found",
+            ErrorCode::AgentNotFound => "Agent not found",
+            ErrorCode::AgentVersionNotFound => "Agent version not found",
         }
     }
 }

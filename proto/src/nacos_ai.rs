@@ -1,8 +1,9 @@
-//! Nacos 3's AI registry over gRPC (module `ai`): the MCP server requests
-//! and answers, and the documents an MCP server is stored as. A server's
-//! specification and its tools are kept as the JSON the client sent
-//! (Nacos adds fields to them release by release, and a stand-in must
-//! hand back what it was given); the fields understudy reads are typed.
+//! Nacos 3's AI registry over gRPC (module `ai`): the MCP server and A2A
+//! agent requests and answers, and the documents servers and agents are
+//! stored as. A server's specification, its tools and an agent's card are
+//! kept as the JSON the client sent (Nacos and the A2A protocol add
+//! fields to them release by release, and a stand-in must hand back what
+//! it was given); the fields understudy reads are typed.
 
 use std::collections::BTreeMap;
 
@@ -131,4 +132,77 @@ pub struct EndpointInfo {
     pub port: u16,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+}
+
+/// Config group of each agent's version list (`AgentCardVersionInfo`),
+/// by agent name.
+pub const AGENT_GROUP: &str = "agent";
+/// Config group of each agent version's card (`AgentCardDetailInfo`), as
+/// `{name}-{version}`.
+pub const AGENT_VERSION_GROUP: &str = "agent-version";
+/// Naming group of the services an agent's endpoints are instances of,
+/// one a version: `{name}::{version}`.
+pub const AGENT_ENDPOINT_GROUP: &str = "agent-endpoints";
+/// Endpoint metadata: the path of its URL.
+pub const AGENT_ENDPOINT_PATH: &str = "__nacos.agent.endpoint.path__";
+/// Endpoint metadata: its transport (`JSONRPC`, `GRPC`, `HTTP+JSON`).
+pub const AGENT_ENDPOINT_TRANSPORT: &str = "__nacos.agent.endpoint.transport__";
+/// Endpoint metadata: whether it is served over TLS.
+pub const AGENT_ENDPOINT_TLS: &str = "__nacos.agent.endpoint.supportTls__";
+/// An agent whose card's URL is its own.
+pub const REGISTRATION_URL: &str = "URL";
+/// An agent whose card's URL is one of its registered endpoints.
+pub const REGISTRATION_SERVICE: &str = "SERVICE";
+
+/// `QueryAgentCardRequest`, `ReleaseAgentCardRequest` and
+/// `AgentEndpointRequest`: one shape, each reads its fields. The card is
+/// kept as the JSON the client sent (the A2A card grows fields).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AgentRequest {
+    pub namespace_id: Option<String>,
+    pub agent_name: Option<String>,
+    pub version: Option<String>,
+    pub registration_type: Option<String>,
+    pub agent_card: Option<Value>,
+    pub set_as_latest: Option<bool>,
+    pub endpoint: Option<AgentEndpoint>,
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+}
+
+/// `AgentEndpoint`: where one instance of an agent version serves.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AgentEndpoint {
+    pub transport: Option<String>,
+    pub address: Option<String>,
+    pub port: Option<i64>,
+    pub path: Option<String>,
+    pub support_tls: Option<bool>,
+    pub version: Option<String>,
+}
+
+/// `AgentVersionDetail`, as stored: Nacos' own field names.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AgentVersion {
+    pub version: String,
+    pub created_at: String,
+    pub updated_at: String,
+    pub latest: bool,
+}
+
+/// `QueryAgentCardResponse`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueryAgentCardBody {
+    pub agent_card_detail_info: Value,
+}
+
+/// `AgentEndpointResponse`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AgentEndpointBody {
+    #[serde(rename = "type")]
+    pub kind: String,
 }

@@ -202,6 +202,11 @@ fn nacos_request(envelope: &Envelope) -> Result<(), DecodeError> {
         | RequestKind::McpServerEndpoint => {
             envelope.decode::<understudy_proto::nacos_ai::McpRequest>()?;
         }
+        RequestKind::QueryAgentCard
+        | RequestKind::ReleaseAgentCard
+        | RequestKind::AgentEndpoint => {
+            envelope.decode::<understudy_proto::nacos_ai::AgentRequest>()?;
+        }
         RequestKind::LockOperation => {
             envelope
                 .decode::<understudy_proto::nacos3_rpc::LockOperationRequest>()?

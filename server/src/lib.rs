@@ -46,13 +46,13 @@ pub mod config;
 pub mod ctl;
 pub mod faults;
 // For `fuzz/` and the regression tests only; not part of the API.
+mod ai;
 #[doc(hidden)]
 pub mod fuzzing;
 mod fuzzy;
 mod grpc;
 mod hosts;
 mod http;
-mod mcp;
 pub mod member;
 pub mod metrics;
 pub mod node;

@@ -324,6 +324,20 @@ fn nacos_seeds() -> Vec<(&'static str, Vec<u8>)> {
             ),
         ),
         (
+            "agent_release",
+            payload(
+                "ReleaseAgentCardRequest",
+                r#"{"namespaceId":"public","agentName":"planner","agentCard":{"name":"planner","version":"1.0.0","protocolVersion":"0.3.0","preferredTransport":"JSONRPC","url":"http://planner/a2a","skills":[]},"registrationType":"SERVICE","setAsLatest":true}"#,
+            ),
+        ),
+        (
+            "agent_endpoint",
+            payload(
+                "AgentEndpointRequest",
+                r#"{"agentName":"planner","type":"registerEndpoint","endpoint":{"transport":"JSONRPC","address":"10.0.0.8","port":9100,"path":"/a2a","supportTls":false,"version":"1.0.0"}}"#,
+            ),
+        ),
+        (
             "lock",
             payload(
                 "LockOperationRequest",

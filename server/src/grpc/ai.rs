@@ -1,40 +1,44 @@
 //! Nacos 3's AI registry requests (module `ai`): query and release an MCP
-//! server, and register or deregister one of its endpoints. The registry
-//! itself is [`crate::mcp`]; this decodes, proposes and answers.
+//! server or an A2A agent card, and register or deregister one of their
+//! endpoints. The registry itself is [`crate::ai`]; this decodes,
+//! proposes and answers.
 
 use std::sync::Arc;
 
 use understudy_core::{InstanceSpec, Op};
 use understudy_proto::grpc::Payload;
 use understudy_proto::nacos_ai::{
-    McpRequest, McpServerEndpointBody, QueryMcpServerBody, ReleaseMcpServerBody,
-    DEREGISTER_ENDPOINT, REGISTER_ENDPOINT, VERSION_TAG,
+    AgentEndpointBody, AgentRequest, McpRequest, McpServerEndpointBody, QueryAgentCardBody,
+    QueryMcpServerBody, ReleaseMcpServerBody, DEREGISTER_ENDPOINT, REGISTER_ENDPOINT,
+    REGISTRATION_SERVICE, VERSION_TAG,
 };
-use understudy_proto::nacos_rpc::{error_response_as, seal, Envelope, Response};
+use understudy_proto::nacos_rpc::{error_response_as, seal, Empty, Envelope, Response};
 use understudy_proto::DecodeError;
 
 use super::conn::Conn;
 use super::kind::Failure;
-use crate::mcp::{self, McpError};
+use crate::ai::{a2a, mcp, AiError};
 use crate::node::Node;
 
-fn refused(response: &str, e: &McpError) -> Payload {
+fn refused(response: &str, e: &AiError) -> Payload {
     error_response_as(response, e.code(), e.to_string())
+}
+
+/// The name a request gives in `field`, or its refusal in `response`'s
+/// type.
+fn required<'a>(
+    given: Option<&'a str>,
+    field: &'static str,
+    response: &str,
+) -> Result<&'a str, Box<Payload>> {
+    given
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| Box::new(refused(response, &AiError::invalid(field, "is required"))))
 }
 
 /// The server a request names, or its refusal in `response`'s type.
 fn name<'a>(request: &'a McpRequest, response: &str) -> Result<&'a str, Box<Payload>> {
-    request
-        .mcp_name
-        .as_deref()
-        .filter(|n| !n.is_empty())
-        .ok_or_else(|| {
-            let missing = McpError::Invalid {
-                field: "mcpName",
-                reason: "is required".to_owned(),
-            };
-            Box::new(refused(response, &missing))
-        })
+    required(request.mcp_name.as_deref(), "mcpName", response)
 }
 
 /// Answers a `QueryMcpServerRequest`.
@@ -45,7 +49,7 @@ pub(crate) fn query(node: &Node, envelope: &Envelope) -> Result<Payload, Failure
         Ok(name) => name,
         Err(refusal) => return Ok(*refusal),
     };
-    let namespace = mcp::namespace(request.namespace_id.as_deref());
+    let namespace = crate::ai::namespace(request.namespace_id.as_deref());
     let found = mcp::detail(
         &node.registry(),
         &namespace,
@@ -74,7 +78,7 @@ pub(crate) async fn release(node: &Node, envelope: &Envelope) -> Result<Payload,
         .clone()
         .filter(|s| !s.is_null())
         .ok_or_else(|| DecodeError::new("serverSpecification", "is required"))?;
-    let namespace = mcp::namespace(request.namespace_id.as_deref());
+    let namespace = crate::ai::namespace(request.namespace_id.as_deref());
     let planned = mcp::plan_publish(
         &node.registry(),
         &namespace,
@@ -93,7 +97,7 @@ pub(crate) async fn release(node: &Node, envelope: &Envelope) -> Result<Payload,
             // The version list moved under us: another release won.
             return Ok(refused(
                 RESPONSE,
-                &McpError::Conflict(format!("the server changed while releasing: {e}")),
+                &AiError::Conflict(format!("the server changed while releasing: {e}")),
             ));
         }
     }
@@ -123,7 +127,7 @@ pub(crate) async fn endpoint(
             "invalid type: '{kind}' is neither {REGISTER_ENDPOINT} nor {DEREGISTER_ENDPOINT}"
         )));
     }
-    let namespace = mcp::namespace(request.namespace_id.as_deref());
+    let namespace = crate::ai::namespace(request.namespace_id.as_deref());
     let service = {
         let registry = node.registry();
         mcp::detail(
@@ -171,4 +175,115 @@ pub(crate) async fn endpoint(
         RESPONSE,
         &Response::ok(McpServerEndpointBody { kind }),
     ))
+}
+
+/// Answers a `QueryAgentCardRequest`.
+pub(crate) fn query_agent(node: &Node, envelope: &Envelope) -> Result<Payload, Failure> {
+    const RESPONSE: &str = "QueryAgentCardResponse";
+    let request: AgentRequest = envelope.decode()?;
+    let name = match required(request.agent_name.as_deref(), "agentName", RESPONSE) {
+        Ok(name) => name,
+        Err(refusal) => return Ok(*refusal),
+    };
+    let found = a2a::registration(request.registration_type.as_deref()).and_then(|registration| {
+        a2a::card(
+            &node.registry(),
+            &crate::ai::namespace(request.namespace_id.as_deref()),
+            name,
+            request.version.as_deref(),
+            registration,
+        )
+    });
+    Ok(match found {
+        Ok(card) => seal(
+            RESPONSE,
+            &Response::ok(QueryAgentCardBody {
+                agent_card_detail_info: card,
+            }),
+        ),
+        Err(e) => refused(RESPONSE, &e),
+    })
+}
+
+/// Answers a `ReleaseAgentCardRequest`: a new agent (registered as
+/// `SERVICE` unless the request says otherwise), or a new version of one,
+/// written as one raft entry; a version released before is left as it is.
+pub(crate) async fn release_agent(node: &Node, envelope: &Envelope) -> Result<Payload, Failure> {
+    const RESPONSE: &str = "ReleaseAgentCardResponse";
+    let request: AgentRequest = envelope.decode()?;
+    let planned = match request.agent_card.clone().filter(|c| !c.is_null()) {
+        None => Err(AiError::invalid("agentCard", "is required")),
+        Some(card) => a2a::registration(request.registration_type.as_deref()).and_then(|r| {
+            a2a::plan_release(
+                &node.registry(),
+                &crate::ai::namespace(request.namespace_id.as_deref()),
+                card,
+                Some(r.unwrap_or(REGISTRATION_SERVICE)),
+                a2a::Mode::Release {
+                    latest: request.set_as_latest.unwrap_or(false),
+                },
+                node.now(),
+            )
+        }),
+    };
+    let ops = match planned {
+        Ok(ops) => ops,
+        Err(e) => return Ok(refused(RESPONSE, &e)),
+    };
+    for result in node.propose_all(ops).await? {
+        if let Err(e) = result {
+            // The version list moved under us: another release won.
+            return Ok(refused(
+                RESPONSE,
+                &AiError::Conflict(format!("the agent changed while releasing: {e}")),
+            ));
+        }
+    }
+    Ok(seal(RESPONSE, &Response::ok(Empty {})))
+}
+
+/// Answers an `AgentEndpointRequest`: the endpoint becomes (or stops
+/// being) an instance of the agent version's endpoint service, owned by
+/// the connection as any registration over it.
+pub(crate) async fn agent_endpoint(
+    node: &Node,
+    conn: &Arc<Conn>,
+    envelope: &Envelope,
+) -> Result<Payload, Failure> {
+    const RESPONSE: &str = "AgentEndpointResponse";
+    let request: AgentRequest = envelope.decode()?;
+    let name = match required(request.agent_name.as_deref(), "agentName", RESPONSE) {
+        Ok(name) => name,
+        Err(refusal) => return Ok(*refusal),
+    };
+    let kind = request.kind.clone().unwrap_or_default();
+    if kind != REGISTER_ENDPOINT && kind != DEREGISTER_ENDPOINT {
+        return Ok(refused(
+            RESPONSE,
+            &AiError::invalid(
+                "type",
+                format!("should be {REGISTER_ENDPOINT} or {DEREGISTER_ENDPOINT}, but was '{kind}'"),
+            ),
+        ));
+    }
+    let namespace = crate::ai::namespace(request.namespace_id.as_deref());
+    let (service, spec) = match a2a::endpoint_instance(&namespace, name, request.endpoint.as_ref())
+    {
+        Ok(planned) => planned,
+        Err(e) => return Ok(refused(RESPONSE, &e)),
+    };
+    let op = if kind == REGISTER_ENDPOINT {
+        Op::Register {
+            service,
+            owner: conn.owner(node),
+            instances: vec![spec],
+        }
+    } else {
+        Op::Deregister {
+            service,
+            owner: conn.owner(node),
+        }
+    };
+    node.propose(op).await?;
+    Ok(seal(RESPONSE, &Response::ok(AgentEndpointBody { kind })))
 }

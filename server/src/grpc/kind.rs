@@ -49,13 +49,19 @@ pub enum RequestKind {
     ReleaseMcpServer,
     /// Register or deregister an endpoint of an MCP server.
     McpServerEndpoint,
+    /// Read an A2A agent's card.
+    QueryAgentCard,
+    /// Release an agent card, or a new version of one.
+    ReleaseAgentCard,
+    /// Register or deregister an endpoint of an agent.
+    AgentEndpoint,
     /// Take or release a lock.
     LockOperation,
 }
 
 impl RequestKind {
     /// Every type, in dispatch order.
-    pub const ALL: [RequestKind; 19] = [
+    pub const ALL: [RequestKind; 22] = [
         RequestKind::ServerCheck,
         RequestKind::ConnectionSetup,
         RequestKind::HealthCheck,
@@ -74,6 +80,9 @@ impl RequestKind {
         RequestKind::QueryMcpServer,
         RequestKind::ReleaseMcpServer,
         RequestKind::McpServerEndpoint,
+        RequestKind::QueryAgentCard,
+        RequestKind::ReleaseAgentCard,
+        RequestKind::AgentEndpoint,
         RequestKind::LockOperation,
     ];
 
@@ -103,6 +112,9 @@ impl RequestKind {
             RequestKind::QueryMcpServer => "QueryMcpServerRequest",
             RequestKind::ReleaseMcpServer => "ReleaseMcpServerRequest",
             RequestKind::McpServerEndpoint => "McpServerEndpointRequest",
+            RequestKind::QueryAgentCard => "QueryAgentCardRequest",
+            RequestKind::ReleaseAgentCard => "ReleaseAgentCardRequest",
+            RequestKind::AgentEndpoint => "AgentEndpointRequest",
             RequestKind::LockOperation => "LockOperationRequest",
         }
     }
@@ -127,6 +139,9 @@ impl RequestKind {
             RequestKind::QueryMcpServer => "QueryMcpServerResponse",
             RequestKind::ReleaseMcpServer => "ReleaseMcpServerResponse",
             RequestKind::McpServerEndpoint => "McpServerEndpointResponse",
+            RequestKind::QueryAgentCard => "QueryAgentCardResponse",
+            RequestKind::ReleaseAgentCard => "ReleaseAgentCardResponse",
+            RequestKind::AgentEndpoint => "AgentEndpointResponse",
             RequestKind::LockOperation => "LockOperationResponse",
         }
     }

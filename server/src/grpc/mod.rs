@@ -269,7 +269,7 @@ pub(crate) const ABILITIES: [(&str, bool); 5] = [
     (ability::FUZZY_WATCH, true),
     (ability::LOCK, true),
     (ability::MCP, true),
-    (ability::AGENT, false),
+    (ability::AGENT, true),
 ];
 
 fn setup(conn: &Conn, envelope: &Envelope) {

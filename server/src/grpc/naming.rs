@@ -101,6 +101,9 @@ pub(crate) async fn dispatch(node: &Node, conn: &Arc<Conn>, envelope: Envelope) 
         Some(RequestKind::QueryMcpServer) => ai::query(node, &envelope),
         Some(RequestKind::ReleaseMcpServer) => ai::release(node, &envelope).await,
         Some(RequestKind::McpServerEndpoint) => ai::endpoint(node, conn, &envelope).await,
+        Some(RequestKind::QueryAgentCard) => ai::query_agent(node, &envelope),
+        Some(RequestKind::ReleaseAgentCard) => ai::release_agent(node, &envelope).await,
+        Some(RequestKind::AgentEndpoint) => ai::agent_endpoint(node, conn, &envelope).await,
         Some(RequestKind::LockOperation) => lock::operate(node, &envelope).await,
         Some(RequestKind::ServerCheck | RequestKind::ConnectionSetup) | None => Err(Failure {
             code: NO_HANDLER,
@@ -230,14 +233,23 @@ fn resources(kind: Option<RequestKind>, envelope: &Envelope) -> Vec<(String, Act
         Some(
             kind @ (RequestKind::QueryMcpServer
             | RequestKind::ReleaseMcpServer
-            | RequestKind::McpServerEndpoint),
+            | RequestKind::McpServerEndpoint
+            | RequestKind::QueryAgentCard
+            | RequestKind::ReleaseAgentCard
+            | RequestKind::AgentEndpoint),
         ) => {
-            // An MCP server is a resource of its namespace, by name.
-            let name = body["mcpName"]
-                .as_str()
+            // An MCP server or an agent is a resource of its namespace, by
+            // name.
+            let name = ["mcpName", "agentName"]
+                .iter()
+                .find_map(|f| body[f].as_str())
                 .or_else(|| body["serverSpecification"]["name"].as_str())
+                .or_else(|| body["agentCard"]["name"].as_str())
                 .unwrap_or("");
-            let action = if kind == RequestKind::QueryMcpServer {
+            let action = if matches!(
+                kind,
+                RequestKind::QueryMcpServer | RequestKind::QueryAgentCard
+            ) {
                 Action::Read
             } else {
                 Action::Write

@@ -290,14 +290,15 @@ fn resource(method: &Method, path: &str, p: &Params) -> Option<(String, Action)>
     }
     let console = path.starts_with("/understudy/v1/registry");
     if path.starts_with("/nacos/v3/admin/ai/") {
-        // An MCP server is a resource of its namespace, by name.
+        // An MCP server or an agent is a resource of its namespace, by
+        // name.
         let action = if method == Method::GET || method == Method::HEAD {
             Action::Read
         } else {
             Action::Write
         };
         let namespace = p.get("namespaceId").unwrap_or("");
-        let name = p.get("mcpName").unwrap_or("");
+        let name = p.get_any(&["mcpName", "agentName"]).unwrap_or("");
         return Some((resource(namespace, "", "ai", name), action));
     }
     let kind = if path.contains("/ns/") || console {

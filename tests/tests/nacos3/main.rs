@@ -10,8 +10,10 @@
 //! - `fuzzy_watch`: Nacos 3's fuzzy watch of services and configs at the
 //!   wire;
 //! - `mcp`: the MCP registry over gRPC and the admin API;
+//! - `a2a`: the A2A agent registry over gRPC and the admin API;
 //! - `lock`: distributed locks, on one node and across nodes.
 
+mod a2a;
 mod endpoints;
 mod fuzzy_watch;
 mod gray;

@@ -1042,10 +1042,11 @@ async fn the_initial_admin_is_made_once_while_there_is_none() -> anyhow::Result<
 }
 
 /// Nacos 3's gRPC additions follow the same permissions: a fuzzy watch
-/// needs read on its pattern (as a resource), an MCP query read and a
-/// release write on the server's namespace; a lock needs only a user.
+/// needs read on its pattern (as a resource), an MCP or agent query read
+/// and a release or endpoint write on the namespace; a lock needs only a
+/// user.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fuzzy_watches_mcp_servers_and_locks_follow_the_permissions() -> anyhow::Result<()> {
+async fn fuzzy_watches_ai_registries_and_locks_follow_the_permissions() -> anyhow::Result<()> {
     use understudy_tests::nacos_grpc::RawClient;
     let team = team_a().await?;
     let client = RawClient::connect(team.server.grpc, None).await?;
@@ -1059,6 +1060,15 @@ async fn fuzzy_watches_mcp_servers_and_locks_follow_the_permissions() -> anyhow:
             {"name": "tool", "protocol": "stdio", "versionDetail": {"version": "1"}}})
     };
     let query = |ns: &str| json!({"namespaceId": ns, "mcpName": "tool"});
+    let agent = |ns: &str| {
+        json!({"namespaceId": ns, "agentCard": {"name": "helper", "version": "1",
+            "protocolVersion": "0.3.0", "preferredTransport": "JSONRPC", "url": "http://h"}})
+    };
+    let agent_query = |ns: &str| json!({"namespaceId": ns, "agentName": "helper"});
+    let agent_endpoint = |ns: &str| {
+        json!({"namespaceId": ns, "agentName": "helper", "type": "registerEndpoint",
+            "endpoint": {"address": "10.0.0.1", "port": 80, "version": "1"}})
+    };
     let lock =
         json!({"lockOperationEnum": "ACQUIRE", "lockInstance": {"key": "k", "expiredTime": 1000}});
     let cases = [
@@ -1101,6 +1111,41 @@ async fn fuzzy_watches_mcp_servers_and_locks_follow_the_permissions() -> anyhow:
             "QueryMcpServerRequest",
             as_user(&team.reader, query("public")),
             false,
+        ),
+        (
+            "ReleaseAgentCardRequest",
+            as_user(&team.reader, agent("team-a")),
+            false,
+        ),
+        (
+            "ReleaseAgentCardRequest",
+            as_user(&team.writer, agent("team-a")),
+            true,
+        ),
+        (
+            "ReleaseAgentCardRequest",
+            as_user(&team.writer, agent("public")),
+            false,
+        ),
+        (
+            "QueryAgentCardRequest",
+            as_user(&team.reader, agent_query("team-a")),
+            true,
+        ),
+        (
+            "QueryAgentCardRequest",
+            as_user(&team.reader, agent_query("public")),
+            false,
+        ),
+        (
+            "AgentEndpointRequest",
+            as_user(&team.reader, agent_endpoint("team-a")),
+            false,
+        ),
+        (
+            "AgentEndpointRequest",
+            as_user(&team.writer, agent_endpoint("team-a")),
+            true,
         ),
         (
             "LockOperationRequest",

@@ -179,6 +179,25 @@ DELETE /nacos/v3/admin/ai/mcp mcpName=m&version=9 404 "code":50001
 GET /nacos/v3/admin/ai/mcp/list search=fuzzy 400 invalid search
 GET /nacos/v3/admin/ai/mcp/list mcpName=nope 200 "totalCount":0
 
+# the A2A registry
+GET /nacos/v3/admin/ai/a2a - 400 'agentName'
+GET /nacos/v3/admin/ai/a2a agentName=nope 404 "code":50100
+
+POST /nacos/v3/admin/ai/a2a agentCard=notjson 400 invalid agentCard
+POST /nacos/v3/admin/ai/a2a agentCard=%7B%22name%22%3A%22a%22%2C%22version%22%3A%221%22%2C%22protocolVersion%22%3A%220.3.0%22%2C%22preferredTransport%22%3A%22JSONRPC%22%2C%22url%22%3A%22http%3A%2F%2Fa%22%7D 409 already exist
+
+PUT /nacos/v3/admin/ai/a2a agentCard=%7B%22name%22%3A%22a%22%7D 400 agentCard.version
+PUT /nacos/v3/admin/ai/a2a agentCard=%7B%22name%22%3A%22nope%22%2C%22version%22%3A%221%22%2C%22protocolVersion%22%3A%220.3.0%22%2C%22preferredTransport%22%3A%22JSONRPC%22%2C%22url%22%3A%22http%3A%2F%2Fa%22%7D 404 "code":50100
+
+DELETE /nacos/v3/admin/ai/a2a - 400 'agentName'
+DELETE /nacos/v3/admin/ai/a2a agentName=nope 200 "data":"ok"
+
+GET /nacos/v3/admin/ai/a2a/list search=fuzzy 400 invalid search
+GET /nacos/v3/admin/ai/a2a/list agentName=nope 200 "totalCount":0
+
+GET /nacos/v3/admin/ai/a2a/version/list - 400 'agentName'
+GET /nacos/v3/admin/ai/a2a/version/list agentName=nope 404 "code":50100
+
 # auth
 POST /nacos/v3/auth/user username=fresh 400 'password'
 
@@ -309,6 +328,11 @@ async fn every_endpoint_names_a_bad_parameter_and_answers_a_missing_resource() -
             Method::POST,
             "/nacos/v3/admin/ai/mcp",
             "serverSpecification=%7B%22name%22%3A%22m%22%2C%22protocol%22%3A%22stdio%22%2C%22version%22%3A%221%22%7D",
+        ),
+        (
+            Method::POST,
+            "/nacos/v3/admin/ai/a2a",
+            "agentCard=%7B%22name%22%3A%22a%22%2C%22version%22%3A%221%22%2C%22protocolVersion%22%3A%220.3.0%22%2C%22preferredTransport%22%3A%22JSONRPC%22%2C%22url%22%3A%22http%3A%2F%2Fa%22%7D",
         ),
     ] {
         let reply = client

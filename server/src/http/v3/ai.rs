@@ -1,6 +1,7 @@
-//! `/nacos/v3/admin/ai/mcp`: the MCP server registry's admin API, as
+//! `/nacos/v3/admin/ai/mcp` and `/nacos/v3/admin/ai/a2a`: the admin API
+//! of the MCP server and A2A agent registries, as
 //! nacos-maintainer-sdk-python and MCP routers call it. The registry is
-//! [`crate::mcp`]; this reads the form, proposes and answers.
+//! [`crate::ai`]; this reads the form, proposes and answers.
 
 use axum::extract::State;
 use axum::response::Response;
@@ -13,7 +14,9 @@ use understudy_proto::nacos_ai::EndpointSpec;
 use super::super::error::ApiError;
 use super::super::params::Params;
 use super::{page, reply, Route};
-use crate::mcp::{self, McpError, Publish};
+use crate::ai::a2a::{self, Mode};
+use crate::ai::mcp::{self, Publish};
+use crate::ai::AiError;
 use crate::node::Node;
 
 type Input = Result<Params, ApiError>;
@@ -25,22 +28,42 @@ pub(super) fn routes() -> Vec<Route> {
             get(detail).post(create).put(update).delete(delete),
         ),
         ("/nacos/v3/admin/ai/mcp/list", get(list)),
+        (
+            "/nacos/v3/admin/ai/a2a",
+            get(agent_card)
+                .post(register_agent)
+                .put(update_agent)
+                .delete(delete_agent),
+        ),
+        ("/nacos/v3/admin/ai/a2a/list", get(list_agents)),
+        ("/nacos/v3/admin/ai/a2a/version/list", get(agent_versions)),
     ]
 }
 
-fn api_error(e: McpError) -> ApiError {
+fn api_error(e: AiError) -> ApiError {
     match e {
-        McpError::Invalid { field, reason } => ApiError::invalid(field, reason),
-        McpError::NotFound(message) => ApiError::not_found(ErrorCode::McpServerNotFound, message),
-        McpError::VersionNotFound(message) => {
+        AiError::Invalid { field, reason } => ApiError::invalid(field, reason),
+        AiError::NotFound(message) => ApiError::not_found(ErrorCode::McpServerNotFound, message),
+        AiError::VersionNotFound(message) => {
             ApiError::not_found(ErrorCode::McpServerVersionNotFound, message)
         }
-        McpError::Conflict(message) => ApiError::conflict("serverSpecification", message),
+        AiError::Conflict(message) => ApiError::conflict("serverSpecification", message),
+    }
+}
+
+fn agent_error(e: AiError) -> ApiError {
+    match e {
+        AiError::Invalid { field, reason } => ApiError::invalid(field, reason),
+        AiError::NotFound(message) => ApiError::not_found(ErrorCode::AgentNotFound, message),
+        AiError::VersionNotFound(message) => {
+            ApiError::not_found(ErrorCode::AgentVersionNotFound, message)
+        }
+        AiError::Conflict(message) => ApiError::conflict("agentCard", message),
     }
 }
 
 fn namespace(p: &Params) -> String {
-    mcp::namespace(p.get("namespaceId"))
+    crate::ai::namespace(p.get("namespaceId"))
 }
 
 /// `mcpName` or `mcpId`: one of them names the server.
@@ -103,18 +126,22 @@ async fn publish(node: &Node, p: &Params, mode: Publish) -> Result<String, ApiEr
         node.now(),
     )
     .map_err(api_error)?;
-    write(node, planned.ops).await?;
+    write(node, planned.ops, "mcpName").await?;
     Ok(planned.id)
 }
 
 /// Proposes `ops` as one entry; a refused one (the version list moved
-/// under a compare-and-set) is a conflict.
-async fn write(node: &Node, ops: Vec<understudy_core::Op>) -> Result<(), ApiError> {
+/// under a compare-and-set) is a conflict over `field`.
+async fn write(
+    node: &Node,
+    ops: Vec<understudy_core::Op>,
+    field: &'static str,
+) -> Result<(), ApiError> {
     for result in node.propose_all(ops).await? {
         if let Err(e) = result {
             return Err(ApiError::conflict(
-                "mcpName",
-                format!("the server changed meanwhile: {e}"),
+                field,
+                format!("it changed meanwhile: {e}"),
             ));
         }
     }
@@ -149,7 +176,101 @@ async fn delete(State(node): State<Node>, params: Input) -> Response {
             let ops =
                 mcp::plan_delete(&node.registry(), &namespace(&p), name, id, p.get("version"))
                     .map_err(api_error)?;
-            write(&node, ops).await?;
+            write(&node, ops, "mcpName").await?;
+            Ok("ok")
+        }
+        .await,
+    )
+}
+
+/// `agentName`, required.
+fn agent_name(p: &Params) -> Result<&str, ApiError> {
+    p.get("agentName")
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| ApiError::missing("agentName"))
+}
+
+/// `GET /ai/a2a?agentName&version&registrationType`: the agent's card.
+async fn agent_card(State(node): State<Node>, params: Input) -> Response {
+    reply(params.and_then(|p| {
+        let registration = a2a::registration(p.get("registrationType")).map_err(agent_error)?;
+        a2a::card(
+            &node.registry(),
+            &namespace(&p),
+            agent_name(&p)?,
+            p.get("version"),
+            registration,
+        )
+        .map_err(agent_error)
+    }))
+}
+
+/// `GET /ai/a2a/list?agentName&search=accurate|blur&pageNo&pageSize`: no
+/// name lists every agent.
+async fn list_agents(State(node): State<Node>, params: Input) -> Response {
+    reply(params.and_then(|p| {
+        let (page_no, page_size) = page(&p)?;
+        let blur = p.blur(false)?;
+        let all = a2a::list(&node.registry(), &namespace(&p), p.get("agentName"), blur);
+        Ok(Page::slice(all, page_no, page_size))
+    }))
+}
+
+/// `GET /ai/a2a/version/list?agentName`: the agent's versions.
+async fn agent_versions(State(node): State<Node>, params: Input) -> Response {
+    reply(params.and_then(|p| {
+        a2a::versions(&node.registry(), &namespace(&p), agent_name(&p)?).map_err(agent_error)
+    }))
+}
+
+async fn release_agent(node: &Node, p: &Params, mode: Mode) -> Result<&'static str, ApiError> {
+    let card = json_field(p, "agentCard")?.ok_or_else(|| ApiError::missing("agentCard"))?;
+    let registration = a2a::registration(p.get("registrationType")).map_err(agent_error)?;
+    let ops = a2a::plan_release(
+        &node.registry(),
+        &namespace(p),
+        card,
+        registration,
+        mode,
+        node.now(),
+    )
+    .map_err(agent_error)?;
+    write(node, ops, "agentCard").await?;
+    Ok("ok")
+}
+
+/// `POST /ai/a2a` (form: `agentCard`, `registrationType` default `URL`):
+/// a new agent.
+async fn register_agent(State(node): State<Node>, params: Input) -> Response {
+    reply(async { release_agent(&node, &params?, Mode::Register).await }.await)
+}
+
+/// `PUT /ai/a2a` (form: `agentCard`, `registrationType`, `setAsLatest`
+/// default false): a new version of an agent, or a version's new card.
+async fn update_agent(State(node): State<Node>, params: Input) -> Response {
+    reply(
+        async {
+            let p = params?;
+            let latest = p.flag("setAsLatest", false);
+            release_agent(&node, &p, Mode::Update { latest }).await
+        }
+        .await,
+    )
+}
+
+/// `DELETE /ai/a2a?agentName&version`: one version, or all.
+async fn delete_agent(State(node): State<Node>, params: Input) -> Response {
+    reply(
+        async {
+            let p = params?;
+            let ops = a2a::plan_delete(
+                &node.registry(),
+                &namespace(&p),
+                agent_name(&p)?,
+                p.get("version"),
+            )
+            .map_err(agent_error)?;
+            write(&node, ops, "agentName").await?;
             Ok("ok")
         }
         .await,

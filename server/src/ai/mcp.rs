@@ -1,6 +1,4 @@
-//! The MCP server registry of Nacos 3, kept as Nacos keeps it: on the
-//! replicated config and naming state, so it replicates, snapshots,
-//! survives restarts and is watched like everything else.
+//! The MCP server registry of Nacos 3.
 //!
 //! A server is three kinds of config item in its namespace: its version
 //! list (`mcp-server-versions` / `{id}-mcp-versions.json`), each version's
@@ -9,84 +7,24 @@
 //! Its endpoints are the instances of a naming service: one the release
 //! names (`REF`), or one made in group `mcp-endpoints` for an address
 //! (`DIRECT`) or for the endpoints registered later.
-//!
-//! This module plans releases and reads servers from a registry: no I/O;
-//! the adapters propose what it plans and render what it reads.
 
 use serde_json::{json, Map, Value};
 use understudy_core::{
-    ConfigKey, ConfigSpec, InstanceSpec, Millis, Op, Owner, Registry, ServiceKey, DEFAULT_GROUP,
+    ConfigKey, InstanceSpec, Millis, Op, Owner, Registry, ServiceKey, DEFAULT_GROUP,
 };
+
 use understudy_proto::nacos_ai::{
     EndpointInfo, EndpointSpec, McpVersions, VersionDetail, ENDPOINT_DIRECT, ENDPOINT_GROUP,
     ENDPOINT_REF, PROTOCOL_STDIO, SERVER_GROUP, TOOLS_GROUP, VERSIONS_GROUP,
 };
 
+use super::{config_key, json_config, release_date, AiError};
+
 /// Tags of the config items an MCP server is stored as, as Nacos tags them.
 const CONFIG_TAG: &str = "nacos.internal.config=mcp";
 
-/// Why an MCP request cannot be done.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum McpError {
-    /// A field is missing or malformed.
-    #[error("invalid {field}: {reason}")]
-    Invalid {
-        /// The Nacos name of the field.
-        field: &'static str,
-        /// What is wrong.
-        reason: String,
-    },
-    /// No such server.
-    #[error("{0}")]
-    NotFound(String),
-    /// The server has no such version.
-    #[error("{0}")]
-    VersionNotFound(String),
-    /// The version was released already.
-    #[error("{0}")]
-    Conflict(String),
-}
-
-impl McpError {
-    fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
-        McpError::Invalid {
-            field,
-            reason: reason.into(),
-        }
-    }
-
-    /// Nacos' error code for it.
-    pub(crate) fn code(&self) -> i32 {
-        match self {
-            McpError::Invalid { .. } => 400,
-            McpError::NotFound(_) | McpError::VersionNotFound(_) => 404,
-            McpError::Conflict(_) => 409,
-        }
-    }
-}
-
-/// The namespace a request names; blank is `public`.
-pub(crate) fn namespace(raw: Option<&str>) -> String {
-    match raw.map(str::trim) {
-        None | Some("") => understudy_core::DEFAULT_NAMESPACE.to_owned(),
-        Some(ns) => ns.to_owned(),
-    }
-}
-
-fn key(namespace: &str, group: &str, data_id: &str) -> Result<ConfigKey, McpError> {
-    ConfigKey::parse(namespace, group, data_id)
-        .map_err(|e| McpError::invalid("namespaceId", e.to_string()))
-}
-
-fn json_config(content: String) -> ConfigSpec {
-    ConfigSpec {
-        content,
-        kind: "json".to_owned(),
-        app_name: String::new(),
-        desc: String::new(),
-        tags: CONFIG_TAG.to_owned(),
-        encrypted_data_key: String::new(),
-    }
+fn key(namespace: &str, group: &str, data_id: &str) -> Result<ConfigKey, AiError> {
+    config_key(namespace, group, data_id, "namespaceId")
 }
 
 /// A server's stored version list, with the md5 it was read at.
@@ -157,7 +95,7 @@ pub(crate) fn plan_publish(
     endpoint: Option<&EndpointSpec>,
     mode: Publish,
     now: Millis,
-) -> Result<Release, McpError> {
+) -> Result<Release, AiError> {
     let text = |v: &Value, name: &str| {
         v[name]
             .as_str()
@@ -165,11 +103,11 @@ pub(crate) fn plan_publish(
             .map(str::to_owned)
     };
     let name = text(&spec, "name")
-        .ok_or_else(|| McpError::invalid("serverSpecification.name", "is required"))?;
+        .ok_or_else(|| AiError::invalid("serverSpecification.name", "is required"))?;
     let version = text(&spec["versionDetail"], "version")
         .or_else(|| text(&spec, "version"))
         .ok_or_else(|| {
-            McpError::invalid("serverSpecification.versionDetail.version", "is required")
+            AiError::invalid("serverSpecification.versionDetail.version", "is required")
         })?;
     let id_given = text(&spec, "id");
     let existing = find(registry, namespace, Some(&name), id_given.as_deref());
@@ -181,17 +119,17 @@ pub(crate) fn plan_publish(
     });
     match (mode, &existing) {
         (Publish::Release, Some(_)) if known => {
-            return Err(McpError::Conflict(format!(
+            return Err(AiError::Conflict(format!(
                 "Mcp Server {name} and target version {version} already exist, do not do release"
             )))
         }
         (Publish::Create, Some(_)) => {
-            return Err(McpError::Conflict(format!(
+            return Err(AiError::Conflict(format!(
                 "mcp server `{name}` has existed, please update it rather than create."
             )))
         }
         (Publish::Update { .. }, None) => {
-            return Err(McpError::NotFound(format!(
+            return Err(AiError::NotFound(format!(
                 "MCP server `{name}` not found in namespaceId: `{namespace}`"
             )))
         }
@@ -201,7 +139,7 @@ pub(crate) fn plan_publish(
         (Some(stored), _) => stored.versions.id.clone(),
         (None, Some(custom)) if is_uuid(&custom) => custom,
         (None, Some(_)) => {
-            return Err(McpError::invalid(
+            return Err(AiError::invalid(
                 "serverSpecification.id",
                 "must be a UUID (8-4-4-4-12 hex digits)",
             ))
@@ -228,7 +166,7 @@ pub(crate) fn plan_publish(
 
     let object = spec
         .as_object_mut()
-        .ok_or_else(|| McpError::invalid("serverSpecification", "must be an object"))?;
+        .ok_or_else(|| AiError::invalid("serverSpecification", "must be an object"))?;
     object.insert("id".to_owned(), json!(id));
     object.insert("version".to_owned(), json!(version));
     object.insert(
@@ -287,7 +225,10 @@ pub(crate) fn plan_publish(
             VERSIONS_GROUP,
             &format!("{id}-mcp-versions.json"),
         )?,
-        spec: json_config(serde_json::to_string(&versions).unwrap_or_default()),
+        spec: json_config(
+            CONFIG_TAG,
+            serde_json::to_string(&versions).unwrap_or_default(),
+        ),
         // Two releases racing on one server: one wins, the other is told.
         cas_md5: existing.map(|stored| stored.md5),
     }];
@@ -297,13 +238,13 @@ pub(crate) fn plan_publish(
             SERVER_GROUP,
             &format!("{id}-{version}-mcp-server.json"),
         )?,
-        spec: json_config(spec.to_string()),
+        spec: json_config(CONFIG_TAG, spec.to_string()),
         cas_md5: None,
     });
     if let Some(tools) = tools {
         writes.push(Op::PublishConfig {
             key: key(namespace, TOOLS_GROUP, &tools_id)?,
-            spec: json_config(tools.to_string()),
+            spec: json_config(CONFIG_TAG, tools.to_string()),
             cas_md5: None,
         });
     }
@@ -320,7 +261,7 @@ fn service_ref(
     version: &str,
     endpoint: Option<&EndpointSpec>,
     ops: &mut Vec<Op>,
-) -> Result<Value, McpError> {
+) -> Result<Value, AiError> {
     let kind = endpoint.and_then(|e| e.kind.as_deref()).unwrap_or("");
     let (ns, group, service) = match (endpoint, kind) {
         (Some(spec), ENDPOINT_REF) => (
@@ -329,7 +270,7 @@ fn service_ref(
             spec.field("groupName")
                 .unwrap_or_else(|| DEFAULT_GROUP.to_owned()),
             spec.field("serviceName").ok_or_else(|| {
-                McpError::invalid(
+                AiError::invalid(
                     "endpointSpecification.data.serviceName",
                     "is required for REF",
                 )
@@ -337,7 +278,7 @@ fn service_ref(
         ),
         (Some(spec), ENDPOINT_DIRECT) => {
             let address = spec.field("address").ok_or_else(|| {
-                McpError::invalid(
+                AiError::invalid(
                     "endpointSpecification.data.address",
                     "is required for DIRECT",
                 )
@@ -346,11 +287,11 @@ fn service_ref(
                 .field("port")
                 .and_then(|p| p.parse().ok())
                 .ok_or_else(|| {
-                    McpError::invalid("endpointSpecification.data.port", "must be a port number")
+                    AiError::invalid("endpointSpecification.data.port", "must be a port number")
                 })?;
             let service = format!("{name}::{version}");
             let key = ServiceKey::parse(namespace, ENDPOINT_GROUP, &service)
-                .map_err(|e| McpError::invalid("serverSpecification.name", e.to_string()))?;
+                .map_err(|e| AiError::invalid("serverSpecification.name", e.to_string()))?;
             ops.push(Op::Register {
                 service: key,
                 owner: Owner::Persistent {
@@ -362,7 +303,7 @@ fn service_ref(
             (namespace.to_owned(), ENDPOINT_GROUP.to_owned(), service)
         }
         (Some(_), other) if !other.is_empty() => {
-            return Err(McpError::invalid(
+            return Err(AiError::invalid(
                 "endpointSpecification.type",
                 format!("'{other}' is neither {ENDPOINT_REF} nor {ENDPOINT_DIRECT}"),
             ))
@@ -374,7 +315,7 @@ fn service_ref(
         ),
     };
     ServiceKey::parse(&ns, &group, &service)
-        .map_err(|e| McpError::invalid("endpointSpecification.data", e.to_string()))?;
+        .map_err(|e| AiError::invalid("endpointSpecification.data", e.to_string()))?;
     let mut service_ref = json!({"namespaceId": ns, "groupName": group, "serviceName": service});
     if let Some(protocol) = endpoint.and_then(|e| e.field("transportProtocol")) {
         service_ref["transportProtocol"] = json!(protocol);
@@ -391,9 +332,9 @@ pub(crate) fn detail(
     name: Option<&str>,
     id: Option<&str>,
     version: Option<&str>,
-) -> Result<Value, McpError> {
+) -> Result<Value, AiError> {
     let stored = find(registry, namespace, name, id).ok_or_else(|| {
-        McpError::NotFound(format!(
+        AiError::NotFound(format!(
             "MCP server `{}` not found in namespaceId: `{namespace}`",
             name.or(id).unwrap_or("")
         ))
@@ -414,7 +355,7 @@ pub(crate) fn detail(
         &format!("{id}-{version}-mcp-server.json"),
     )?;
     let item = registry.config(&spec_key).ok_or_else(|| {
-        McpError::VersionNotFound(format!(
+        AiError::VersionNotFound(format!(
             "mcp server `{id}` for version `{version}` not found"
         ))
     })?;
@@ -476,9 +417,9 @@ pub(crate) fn plan_delete(
     name: Option<&str>,
     id: Option<&str>,
     version: Option<&str>,
-) -> Result<Vec<Op>, McpError> {
+) -> Result<Vec<Op>, AiError> {
     let stored = find(registry, namespace, name, id).ok_or_else(|| {
-        McpError::NotFound(format!(
+        AiError::NotFound(format!(
             "MCP server `{}` not found in namespaceId: `{namespace}`",
             name.or(id).unwrap_or("")
         ))
@@ -487,7 +428,7 @@ pub(crate) fn plan_delete(
     let doomed: Vec<String> = match version.filter(|v| !v.is_empty()) {
         Some(v) if versions.version_details.iter().any(|d| d.version == v) => vec![v.to_owned()],
         Some(v) => {
-            return Err(McpError::VersionNotFound(format!(
+            return Err(AiError::VersionNotFound(format!(
                 "mcp server `{}` for version `{v}` not found",
                 versions.id
             )))
@@ -547,7 +488,10 @@ pub(crate) fn plan_delete(
                 0,
                 Op::PublishConfig {
                     key: versions_key,
-                    spec: json_config(serde_json::to_string(&versions).unwrap_or_default()),
+                    spec: json_config(
+                        CONFIG_TAG,
+                        serde_json::to_string(&versions).unwrap_or_default(),
+                    ),
                     cas_md5: Some(stored.md5),
                 },
             );
@@ -598,11 +542,11 @@ pub(crate) fn list(
 }
 
 /// The service a server's endpoints are instances of, as stored.
-pub(crate) fn endpoint_service(detail: &Value) -> Result<ServiceKey, McpError> {
+pub(crate) fn endpoint_service(detail: &Value) -> Result<ServiceKey, AiError> {
     let service_ref = &detail["remoteServerConfig"]["serviceRef"];
     let field = |name: &str| service_ref[name].as_str().unwrap_or("");
     if service_ref.is_null() {
-        return Err(McpError::NotFound(
+        return Err(AiError::NotFound(
             "The Mcp Server Ref endpoint service not found.".to_owned(),
         ));
     }
@@ -611,7 +555,7 @@ pub(crate) fn endpoint_service(detail: &Value) -> Result<ServiceKey, McpError> {
         field("groupName"),
         field("serviceName"),
     )
-    .map_err(|e| McpError::NotFound(format!("the server's endpoint service: {e}")))
+    .map_err(|e| AiError::NotFound(format!("the server's endpoint service: {e}")))
 }
 
 /// The healthy, enabled instances of the service `remote.serviceRef`
@@ -639,11 +583,6 @@ fn endpoints(registry: &Registry, remote: &Value) -> Vec<EndpointInfo> {
         .collect()
 }
 
-fn release_date(now: Millis) -> String {
-    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(now);
-    humantime::format_rfc3339_seconds(at).to_string()
-}
-
 /// Whether `raw` is a UUID written as Nacos checks one: 8-4-4-4-12 hex
 /// digits.
 fn is_uuid(raw: &str) -> bool {
@@ -668,7 +607,7 @@ mod tests {
         }
     }
 
-    fn release(registry: &mut Registry, version: &str, latest: bool) -> Result<String, McpError> {
+    fn release(registry: &mut Registry, version: &str, latest: bool) -> Result<String, AiError> {
         let spec = json!({"name":"weather","protocol":"mcp-sse","description":"forecasts",
             "versionDetail":{"version":version,"is_latest":latest},
             "remoteServerConfig":{"exportPath":"/sse"}});
