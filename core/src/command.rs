@@ -324,6 +324,18 @@ pub enum Op {
         /// Its key.
         key: String,
     },
+    /// Publish and remove config items as one write: when an item of
+    /// `expect` is not as expected, or one of `publish` cannot be stored,
+    /// nothing is written. What a registry kept as several items (an MCP
+    /// server, an agent) changes whole or not at all.
+    WriteConfigs {
+        /// Items that must be as given: of that md5, or absent (`None`).
+        expect: Vec<(ConfigKey, Option<String>)>,
+        /// Items to publish (insert or overwrite).
+        publish: Vec<(ConfigKey, ConfigSpec)>,
+        /// Items to remove (absent ones are no-ops).
+        remove: Vec<ConfigKey>,
+    },
 }
 
 impl Op {

@@ -783,6 +783,81 @@ fn config_cas_publishes_compare_md5s_and_a_failure_changes_nothing() {
 }
 
 #[test]
+fn configs_written_together_are_written_all_or_none() {
+    let mut reg = Registry::new(RegistryOptions {
+        limits: Limits {
+            max_config_bytes: 8,
+            ..Limits::default()
+        },
+        ..RegistryOptions::default()
+    });
+    let key = |id: &str| ConfigKey::parse("public", "g", id).unwrap();
+    let spec = |content: &str| ConfigSpec {
+        content: content.to_owned(),
+        ..ConfigSpec::default()
+    };
+    let write = |expect: Vec<(ConfigKey, Option<String>)>,
+                 publish: Vec<(ConfigKey, ConfigSpec)>,
+                 remove: Vec<ConfigKey>| {
+        Command::new(
+            1,
+            Op::WriteConfigs {
+                expect,
+                publish,
+                remove,
+            },
+        )
+    };
+    // Expected absent, and it is: both written, and the old one removed.
+    publish(&mut reg, 1, "old", None).unwrap();
+    let old = ConfigKey::parse("", "mapping", "com.foo.Demo").unwrap();
+    reg.apply(&write(
+        vec![(key("list"), None)],
+        vec![(key("list"), spec("v1")), (key("v1"), spec("one"))],
+        vec![old.clone()],
+    ))
+    .unwrap();
+    assert_eq!(reg.config(&key("v1")).unwrap().content, "one");
+    assert!(reg.config(&old).is_none());
+    let revision = reg.revision();
+    // Expected absent but there: nothing written.
+    assert!(matches!(
+        reg.apply(&write(
+            vec![(key("list"), None)],
+            vec![(key("list"), spec("v2")), (key("v2"), spec("two"))],
+            vec![key("v1")],
+        )),
+        Err(Error::CasMismatch { .. })
+    ));
+    // Of the right md5, but one item too large to store: nothing written.
+    let md5 = reg.config(&key("list")).unwrap().md5.clone();
+    assert!(reg
+        .apply(&write(
+            vec![(key("list"), Some(md5.clone()))],
+            vec![
+                (key("list"), spec("v2")),
+                (key("v2"), spec("much too long"))
+            ],
+            Vec::new(),
+        ))
+        .is_err());
+    assert_eq!(
+        reg.revision(),
+        revision,
+        "a refused write takes no revision"
+    );
+    assert_eq!(reg.config(&key("list")).unwrap().content, "v1");
+    assert!(reg.config(&key("v1")).is_some() && reg.config(&key("v2")).is_none());
+    reg.apply(&write(
+        vec![(key("list"), Some(md5))],
+        vec![(key("list"), spec("v2")), (key("v2"), spec("two"))],
+        Vec::new(),
+    ))
+    .unwrap();
+    assert_eq!(reg.config(&key("list")).unwrap().content, "v2");
+}
+
+#[test]
 fn config_changes_say_whether_the_content_changed_and_removal_of_nothing_is_quiet() {
     let mut reg = Registry::new(RegistryOptions::default());
     let changed = |changes: Vec<Change>| match &changes[..] {

@@ -67,6 +67,37 @@ impl Registry {
         Ok(())
     }
 
+    /// Checks every expectation and every item first, then writes them
+    /// all: a refusal writes nothing.
+    pub(super) fn write_configs(
+        &mut self,
+        tx: &mut Tx,
+        expect: &[(ConfigKey, Option<String>)],
+        publish: &[(ConfigKey, ConfigSpec)],
+        remove: &[ConfigKey],
+    ) -> Result<(), Error> {
+        for (key, md5) in expect {
+            let current = self.configs.get(key).map(|item| item.md5.as_str());
+            if current != md5.as_deref() {
+                return Err(Error::CasMismatch {
+                    data_id: key.data_id.clone(),
+                    group: key.group.clone(),
+                });
+            }
+        }
+        for (_, spec) in publish {
+            ConfigItem::build(spec, tx.at, self.options.limits.max_config_bytes)?;
+        }
+        let source = ConfigSource::default();
+        for (key, spec) in publish {
+            self.publish_config(tx, key, spec, None, &source)?;
+        }
+        for key in remove {
+            self.remove_config(tx, key, &source);
+        }
+        Ok(())
+    }
+
     pub(super) fn remove_config(&mut self, tx: &mut Tx, key: &ConfigKey, source: &ConfigSource) {
         if let Some(removed) = self.configs.remove(key) {
             self.keep_history(tx, key, HistoryOp::Delete, removed, source, "");

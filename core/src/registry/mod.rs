@@ -663,6 +663,11 @@ impl Registry {
                 self.acquire_lock(&tx, &(kind.clone(), key.clone()), until)?;
             }
             Op::ReleaseLock { kind, key } => self.release_lock(&(kind.clone(), key.clone()))?,
+            Op::WriteConfigs {
+                expect,
+                publish,
+                remove,
+            } => self.write_configs(&mut tx, expect, publish, remove)?,
         }
         Ok(self.commit(tx))
     }

@@ -171,10 +171,10 @@ pub(crate) enum Mode {
     },
 }
 
-/// Plans releasing `card` as `mode` allows; `registration` is the
-/// agent's `registrationType` (for a new agent, `URL` when `None`; for an
-/// existing one, unchanged when `None`). Writes nothing when a gRPC
-/// release finds the version released already.
+/// Plans releasing `card` as `mode` allows, as one write of the agent's
+/// items; `registration` is the agent's `registrationType` (for a new
+/// agent, `URL` when `None`; for an existing one, unchanged when `None`).
+/// Writes nothing when a gRPC release finds the version released already.
 pub(crate) fn plan_release(
     registry: &Registry,
     namespace: &str,
@@ -255,24 +255,29 @@ pub(crate) fn plan_release(
     let mut detail = card.fields;
     detail.insert("registrationType".to_owned(), json!(registration));
     detail.remove("latestVersion");
-    Ok(vec![
-        Op::PublishConfig {
-            key: config_key(namespace, AGENT_GROUP, &card.name, "agentCard.name")?,
-            spec: json_config(INFO_TAG, stored.content()),
-            // Two releases racing on one agent: one wins, the other is told.
-            cas_md5: Some(stored.md5.clone()).filter(|m| !m.is_empty()),
-        },
-        Op::PublishConfig {
-            key: config_key(
-                namespace,
-                AGENT_VERSION_GROUP,
-                &card_id(&card.name, &card.version),
-                "agentCard.version",
-            )?,
-            spec: json_config(CARD_TAG, Value::Object(detail).to_string()),
-            cas_md5: None,
-        },
-    ])
+    let info_key = config_key(namespace, AGENT_GROUP, &card.name, "agentCard.name")?;
+    let card_key = config_key(
+        namespace,
+        AGENT_VERSION_GROUP,
+        &card_id(&card.name, &card.version),
+        "agentCard.version",
+    )?;
+    Ok(vec![Op::WriteConfigs {
+        // Two releases racing on one agent: one wins whole, the other
+        // writes nothing and is told.
+        expect: vec![(
+            info_key.clone(),
+            Some(stored.md5.clone()).filter(|m| !m.is_empty()),
+        )],
+        publish: vec![
+            (info_key, json_config(INFO_TAG, stored.content())),
+            (
+                card_key,
+                json_config(CARD_TAG, Value::Object(detail).to_string()),
+            ),
+        ],
+        remove: Vec::new(),
+    }])
 }
 
 /// An agent's `AgentCardDetailInfo` at `version` (its latest when
@@ -473,36 +478,34 @@ pub(crate) fn plan_delete(
         Some(_) => return Ok(Vec::new()),
         None => stored.versions.iter().map(|v| v.version.clone()).collect(),
     };
-    let mut ops = Vec::new();
+    let mut remove = Vec::new();
     for v in &doomed {
         let key = card_key(v)?;
         if registry.config(&key).is_some() {
-            ops.push(Op::RemoveConfig { key });
+            remove.push(key);
         }
     }
     stored.versions.retain(|v| !doomed.contains(&v.version));
+    let mut publish = Vec::new();
     if stored.versions.is_empty() {
-        ops.push(Op::RemoveConfig { key: info_key });
-        return Ok(ops);
+        remove.push(info_key.clone());
+    } else {
+        if stored
+            .latest()
+            .is_some_and(|l| doomed.iter().any(|v| v == l))
+        {
+            stored
+                .info
+                .insert("latestPublishedVersion".to_owned(), Value::Null);
+            stored.info.insert("version".to_owned(), Value::Null);
+        }
+        publish.push((info_key.clone(), json_config(INFO_TAG, stored.content())));
     }
-    if stored
-        .latest()
-        .is_some_and(|l| doomed.iter().any(|v| v == l))
-    {
-        stored
-            .info
-            .insert("latestPublishedVersion".to_owned(), Value::Null);
-        stored.info.insert("version".to_owned(), Value::Null);
-    }
-    ops.insert(
-        0,
-        Op::PublishConfig {
-            key: info_key,
-            spec: json_config(INFO_TAG, stored.content()),
-            cas_md5: Some(stored.md5.clone()),
-        },
-    );
-    Ok(ops)
+    Ok(vec![Op::WriteConfigs {
+        expect: vec![(info_key, Some(stored.md5.clone()))],
+        publish,
+        remove,
+    }])
 }
 
 /// An `AgentVersionDetail` as answered: Nacos' field names, and those
@@ -654,6 +657,39 @@ mod tests {
         )
         .unwrap();
         assert!(again.is_empty());
+    }
+
+    #[test]
+    fn of_two_releases_planned_at_once_the_second_writes_nothing() {
+        let mut registry = Registry::new(RegistryOptions::default());
+        release(&mut registry, "1", Mode::Register, None).unwrap();
+        let plan = |description: &str| {
+            let mut card = agent_card("2", description);
+            card["url"] = json!(format!("http://{description}.example"));
+            plan_release(
+                &registry,
+                "public",
+                card,
+                None,
+                Mode::Update { latest: true },
+                2,
+            )
+            .unwrap()
+        };
+        let (first, second) = (plan("first"), plan("second"));
+        apply(&mut registry, first);
+        for op in second {
+            let refused = registry.apply(&Command::new(3, op));
+            assert!(
+                matches!(refused, Err(understudy_core::Error::CasMismatch { .. })),
+                "{refused:?}"
+            );
+        }
+        let kept = card(&registry, "public", "planner", Some("2"), None).unwrap();
+        assert_eq!(
+            kept["url"], "http://first.example",
+            "the refused release left the first one's card"
+        );
     }
 
     #[test]

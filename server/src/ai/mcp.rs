@@ -63,7 +63,8 @@ pub(crate) fn find(
 pub(crate) struct Release {
     /// The server's id.
     pub(crate) id: String,
-    /// The writes, to be proposed as one entry.
+    /// The writes, to be proposed in turn: the server's config items as
+    /// one, then its direct endpoint.
     pub(crate) ops: Vec<Op>,
 }
 
@@ -219,35 +220,41 @@ pub(crate) fn plan_publish(
             ..detail
         }),
     }
-    let mut writes = vec![Op::PublishConfig {
-        key: key(
-            namespace,
-            VERSIONS_GROUP,
-            &format!("{id}-mcp-versions.json"),
-        )?,
-        spec: json_config(
-            CONFIG_TAG,
-            serde_json::to_string(&versions).unwrap_or_default(),
+    let versions_key = key(
+        namespace,
+        VERSIONS_GROUP,
+        &format!("{id}-mcp-versions.json"),
+    )?;
+    let mut publish = vec![
+        (
+            versions_key.clone(),
+            json_config(
+                CONFIG_TAG,
+                serde_json::to_string(&versions).unwrap_or_default(),
+            ),
         ),
-        // Two releases racing on one server: one wins, the other is told.
-        cas_md5: existing.map(|stored| stored.md5),
-    }];
-    writes.push(Op::PublishConfig {
-        key: key(
-            namespace,
-            SERVER_GROUP,
-            &format!("{id}-{version}-mcp-server.json"),
-        )?,
-        spec: json_config(CONFIG_TAG, spec.to_string()),
-        cas_md5: None,
-    });
+        (
+            key(
+                namespace,
+                SERVER_GROUP,
+                &format!("{id}-{version}-mcp-server.json"),
+            )?,
+            json_config(CONFIG_TAG, spec.to_string()),
+        ),
+    ];
     if let Some(tools) = tools {
-        writes.push(Op::PublishConfig {
-            key: key(namespace, TOOLS_GROUP, &tools_id)?,
-            spec: json_config(CONFIG_TAG, tools.to_string()),
-            cas_md5: None,
-        });
+        publish.push((
+            key(namespace, TOOLS_GROUP, &tools_id)?,
+            json_config(CONFIG_TAG, tools.to_string()),
+        ));
     }
+    let mut writes = vec![Op::WriteConfigs {
+        // Two releases racing on one server: one wins whole, the other
+        // writes nothing and is told.
+        expect: vec![(versions_key, existing.map(|stored| stored.md5))],
+        publish,
+        remove: Vec::new(),
+    }];
     writes.extend(ops);
     Ok(Release { id, ops: writes })
 }
@@ -440,7 +447,8 @@ pub(crate) fn plan_delete(
             .collect(),
     };
     let id = versions.id.clone();
-    let mut ops = Vec::new();
+    let mut remove = Vec::new();
+    let mut deregister = Vec::new();
     for v in &doomed {
         for (group, data_id) in [
             (SERVER_GROUP, format!("{id}-{v}-mcp-server.json")),
@@ -448,7 +456,7 @@ pub(crate) fn plan_delete(
         ] {
             let key = key(namespace, group, &data_id)?;
             if registry.config(&key).is_some() {
-                ops.push(Op::RemoveConfig { key });
+                remove.push(key);
             }
         }
         let direct = ServiceKey::parse(
@@ -463,7 +471,7 @@ pub(crate) fn plan_delete(
                 .map(|i| i.owner.clone())
                 .collect();
             for owner in owners {
-                ops.push(Op::Deregister {
+                deregister.push(Op::Deregister {
                     service: service.key().clone(),
                     owner,
                 });
@@ -478,25 +486,28 @@ pub(crate) fn plan_delete(
         VERSIONS_GROUP,
         &format!("{id}-mcp-versions.json"),
     )?;
+    let mut publish = Vec::new();
     match versions.version_details.last() {
-        None => ops.push(Op::RemoveConfig { key: versions_key }),
+        None => remove.push(versions_key.clone()),
         Some(last) => {
             if doomed.contains(&versions.latest_published_version) {
                 versions.latest_published_version = last.version.clone();
             }
-            ops.insert(
-                0,
-                Op::PublishConfig {
-                    key: versions_key,
-                    spec: json_config(
-                        CONFIG_TAG,
-                        serde_json::to_string(&versions).unwrap_or_default(),
-                    ),
-                    cas_md5: Some(stored.md5),
-                },
-            );
+            publish.push((
+                versions_key.clone(),
+                json_config(
+                    CONFIG_TAG,
+                    serde_json::to_string(&versions).unwrap_or_default(),
+                ),
+            ));
         }
     }
+    let mut ops = vec![Op::WriteConfigs {
+        expect: vec![(versions_key, Some(stored.md5))],
+        publish,
+        remove,
+    }];
+    ops.extend(deregister);
     Ok(ops)
 }
 

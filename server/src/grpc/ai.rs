@@ -19,9 +19,29 @@ use super::conn::Conn;
 use super::kind::Failure;
 use crate::ai::{a2a, mcp, AiError};
 use crate::node::Node;
+use crate::write::ProposeError;
 
 fn refused(response: &str, e: &AiError) -> Payload {
     error_response_as(response, e.code(), e.to_string())
+}
+
+/// Proposes a release's `ops` in turn; a refused one (another release
+/// moved the version list first) is a conflict, answered in `response`'s
+/// type, and nothing after it is written.
+async fn in_turn(
+    node: &Node,
+    ops: Vec<Op>,
+    response: &str,
+    what: &str,
+) -> Result<Option<Payload>, Failure> {
+    match node.propose_in_turn(ops).await {
+        Ok(()) => Ok(None),
+        Err(ProposeError::Rejected(e)) => Ok(Some(refused(
+            response,
+            &AiError::Conflict(format!("the {what} changed while releasing: {e}")),
+        ))),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The name a request gives in `field`, or its refusal in `response`'s
@@ -92,14 +112,8 @@ pub(crate) async fn release(node: &Node, envelope: &Envelope) -> Result<Payload,
         Ok(release) => release,
         Err(e) => return Ok(refused(RESPONSE, &e)),
     };
-    for result in node.propose_all(release.ops).await? {
-        if let Err(e) = result {
-            // The version list moved under us: another release won.
-            return Ok(refused(
-                RESPONSE,
-                &AiError::Conflict(format!("the server changed while releasing: {e}")),
-            ));
-        }
+    if let Some(refusal) = in_turn(node, release.ops, RESPONSE, "server").await? {
+        return Ok(refusal);
     }
     Ok(seal(
         RESPONSE,
@@ -230,14 +244,8 @@ pub(crate) async fn release_agent(node: &Node, envelope: &Envelope) -> Result<Pa
         Ok(ops) => ops,
         Err(e) => return Ok(refused(RESPONSE, &e)),
     };
-    for result in node.propose_all(ops).await? {
-        if let Err(e) = result {
-            // The version list moved under us: another release won.
-            return Ok(refused(
-                RESPONSE,
-                &AiError::Conflict(format!("the agent changed while releasing: {e}")),
-            ));
-        }
+    if let Some(refusal) = in_turn(node, ops, RESPONSE, "agent").await? {
+        return Ok(refusal);
     }
     Ok(seal(RESPONSE, &Response::ok(Empty {})))
 }

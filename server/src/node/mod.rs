@@ -257,6 +257,16 @@ impl Node {
         result
     }
 
+    /// Proposes `ops` one after another, each once the one before it was
+    /// applied; the first the registry refuses stops the rest and is the
+    /// answer. Where an op's failure must leave the later ones unwritten.
+    pub async fn propose_in_turn(&self, ops: Vec<Op>) -> Result<(), ProposeError> {
+        for op in ops {
+            self.propose(op).await?;
+        }
+        Ok(())
+    }
+
     /// Proposes `ops` as one log entry, applied in order, each on its own
     /// (see [`crate::write::Propose::propose_all`]).
     pub async fn propose_all(

@@ -7,13 +7,13 @@ use serde::Serialize;
 use thiserror::Error;
 
 /// The format this build writes.
-pub const FORMAT: u8 = 5;
+pub const FORMAT: u8 = 6;
 
-/// Older formats this build reads as [`FORMAT`]: formats 4 and 5 each
-/// added commands at the end of `Op` and fields to the snapshot, so every
-/// format-3 and format-4 entry and message means the same in format 5;
-/// their snapshot bodies are read by `snapshot.rs`.
-const READS: &[u8] = &[3, 4];
+/// Older formats this build reads as [`FORMAT`]: formats 4, 5 and 6 each
+/// added commands at the end of `Op` (4 and 5 fields to the snapshot
+/// too), so every format-3, 4 and 5 entry and message means the same in
+/// format 6; the format-3 and 4 snapshot bodies are read by `snapshot.rs`.
+const READS: &[u8] = &[3, 4, 5];
 
 /// Why bytes could not be decoded.
 #[derive(Debug, Error)]

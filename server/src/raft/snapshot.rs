@@ -26,7 +26,8 @@ pub(super) struct SnapshotBody {
     pub(super) genesis: Option<String>,
 }
 
-/// Reads a snapshot body of this build's format, or of formats 4 and 3.
+/// Reads a snapshot body of this build's format (format 5's bodies are
+/// the same), or of formats 4 and 3.
 pub(super) fn decode_body(bytes: &[u8]) -> Result<SnapshotBody, codec::CodecError> {
     match bytes.split_first() {
         Some((&FORMAT_3, body)) => Ok(read_format_3(body)?),

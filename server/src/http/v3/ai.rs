@@ -18,6 +18,7 @@ use crate::ai::a2a::{self, Mode};
 use crate::ai::mcp::{self, Publish};
 use crate::ai::AiError;
 use crate::node::Node;
+use crate::write::ProposeError;
 
 type Input = Result<Params, ApiError>;
 
@@ -130,22 +131,22 @@ async fn publish(node: &Node, p: &Params, mode: Publish) -> Result<String, ApiEr
     Ok(planned.id)
 }
 
-/// Proposes `ops` as one entry; a refused one (the version list moved
-/// under a compare-and-set) is a conflict over `field`.
+/// Proposes `ops` in turn; a refused one (the version list moved under a
+/// compare-and-set) is a conflict over `field`, and nothing after it is
+/// written.
 async fn write(
     node: &Node,
     ops: Vec<understudy_core::Op>,
     field: &'static str,
 ) -> Result<(), ApiError> {
-    for result in node.propose_all(ops).await? {
-        if let Err(e) = result {
-            return Err(ApiError::conflict(
-                field,
-                format!("it changed meanwhile: {e}"),
-            ));
-        }
+    match node.propose_in_turn(ops).await {
+        Ok(()) => Ok(()),
+        Err(ProposeError::Rejected(e)) => Err(ApiError::conflict(
+            field,
+            format!("it changed meanwhile: {e}"),
+        )),
+        Err(e) => Err(e.into()),
     }
-    Ok(())
 }
 
 /// `POST /ai/mcp` (form): a new server; answers its id.
