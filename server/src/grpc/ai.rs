@@ -89,7 +89,7 @@ pub(crate) fn query(node: &Node, envelope: &Envelope) -> Result<Payload, Failure
 }
 
 /// Answers a `ReleaseMcpServerRequest`: a new server, or a new version of
-/// one, written as one raft entry.
+/// one, its items written as one (see [`mcp::Release`]).
 pub(crate) async fn release(node: &Node, envelope: &Envelope) -> Result<Payload, Failure> {
     const RESPONSE: &str = "ReleaseMcpServerResponse";
     let request: McpRequest = envelope.decode()?;
@@ -221,7 +221,7 @@ pub(crate) fn query_agent(node: &Node, envelope: &Envelope) -> Result<Payload, F
 
 /// Answers a `ReleaseAgentCardRequest`: a new agent (registered as
 /// `SERVICE` unless the request says otherwise), or a new version of one,
-/// written as one raft entry; a version released before is left as it is.
+/// its items written as one; a version released before is left as it is.
 pub(crate) async fn release_agent(node: &Node, envelope: &Envelope) -> Result<Payload, Failure> {
     const RESPONSE: &str = "ReleaseAgentCardResponse";
     let request: AgentRequest = envelope.decode()?;
