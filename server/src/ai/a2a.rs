@@ -17,7 +17,7 @@ use understudy_proto::nacos_ai::{
     REGISTRATION_URL,
 };
 
-use super::{config_key, json_config, release_date, AiError};
+use super::{config_key, json_config, listed, release_date, AiError};
 
 /// Tags of an agent's version list, as Nacos tags it.
 const INFO_TAG: &str = "nacos.internal.config=agent";
@@ -544,15 +544,9 @@ pub(crate) fn list(
     let Ok(probe) = config_key(namespace, AGENT_GROUP, "probe", "namespaceId") else {
         return Vec::new();
     };
-    let name = name.filter(|n| !n.is_empty()).map(|n| n.trim_matches('*'));
     let mut agents: Vec<(String, Value)> = registry
         .configs_in(&probe.namespace)
-        .filter(|(key, _)| key.group == AGENT_GROUP)
-        .filter(|(key, _)| match name {
-            None => true,
-            Some(n) if blur => key.data_id.contains(n),
-            Some(n) => key.data_id == n,
-        })
+        .filter(|(key, _)| key.group == AGENT_GROUP && listed(&key.data_id, name, blur))
         .filter_map(|(key, _)| {
             let stored = find(registry, namespace, &key.data_id)?;
             let mut info = stored.info;

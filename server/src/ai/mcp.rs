@@ -18,7 +18,7 @@ use understudy_proto::nacos_ai::{
     ENDPOINT_REF, PROTOCOL_STDIO, SERVER_GROUP, TOOLS_GROUP, VERSIONS_GROUP,
 };
 
-use super::{config_key, json_config, release_date, AiError};
+use super::{config_key, json_config, listed, release_date, AiError};
 
 /// Tags of the config items an MCP server is stored as, as Nacos tags them.
 const CONFIG_TAG: &str = "nacos.internal.config=mcp";
@@ -523,16 +523,11 @@ pub(crate) fn list(
     let Ok(probe) = ConfigKey::parse(namespace, VERSIONS_GROUP, "probe") else {
         return Vec::new();
     };
-    let name = name.filter(|n| !n.is_empty()).map(|n| n.trim_matches('*'));
     let mut servers: Vec<McpVersions> = registry
         .configs_in(&probe.namespace)
         .filter(|(key, _)| key.group == VERSIONS_GROUP)
         .filter_map(|(_, item)| serde_json::from_str::<McpVersions>(&item.content).ok())
-        .filter(|v| match name {
-            None => true,
-            Some(n) if blur => v.name.contains(n),
-            Some(n) => v.name == n,
-        })
+        .filter(|v| listed(&v.name, name, blur))
         .collect();
     servers.sort_by(|a, b| a.name.cmp(&b.name));
     servers

@@ -59,6 +59,20 @@ pub(crate) fn namespace(raw: Option<&str>) -> String {
     }
 }
 
+/// Whether a list that asks for `wanted` shows `name`: every name when it
+/// asks for none; names containing it (`blur`, `*` around it ignored), or
+/// that name alone.
+fn listed(name: &str, wanted: Option<&str>, blur: bool) -> bool {
+    match wanted
+        .filter(|w| !w.is_empty())
+        .map(|w| w.trim_matches('*'))
+    {
+        None => true,
+        Some(w) if blur => name.contains(w),
+        Some(w) => name == w,
+    }
+}
+
 /// The config key of an item the registry stores; a name the key cannot
 /// hold is a bad `field`.
 fn config_key(

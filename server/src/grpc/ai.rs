@@ -25,6 +25,14 @@ fn refused(response: &str, e: &AiError) -> Payload {
     error_response_as(response, e.code(), e.to_string())
 }
 
+/// A query's answer in `response`'s type: what it found, or its refusal.
+fn answer<T: serde::Serialize>(response: &str, found: Result<T, AiError>) -> Payload {
+    match found {
+        Ok(body) => seal(response, &Response::ok(body)),
+        Err(e) => refused(response, &e),
+    }
+}
+
 /// Proposes a release's `ops` in turn; a refused one (another release
 /// moved the version list first) is a conflict, answered in `response`'s
 /// type, and nothing after it is written.
@@ -77,15 +85,12 @@ pub(crate) fn query(node: &Node, envelope: &Envelope) -> Result<Payload, Failure
         None,
         request.version.as_deref(),
     );
-    Ok(match found {
-        Ok(detail) => seal(
-            RESPONSE,
-            &Response::ok(QueryMcpServerBody {
-                mcp_server_detail_info: detail,
-            }),
-        ),
-        Err(e) => refused(RESPONSE, &e),
-    })
+    Ok(answer(
+        RESPONSE,
+        found.map(|detail| QueryMcpServerBody {
+            mcp_server_detail_info: detail,
+        }),
+    ))
 }
 
 /// Answers a `ReleaseMcpServerRequest`: a new server, or a new version of
@@ -208,15 +213,12 @@ pub(crate) fn query_agent(node: &Node, envelope: &Envelope) -> Result<Payload, F
             registration,
         )
     });
-    Ok(match found {
-        Ok(card) => seal(
-            RESPONSE,
-            &Response::ok(QueryAgentCardBody {
-                agent_card_detail_info: card,
-            }),
-        ),
-        Err(e) => refused(RESPONSE, &e),
-    })
+    Ok(answer(
+        RESPONSE,
+        found.map(|card| QueryAgentCardBody {
+            agent_card_detail_info: card,
+        }),
+    ))
 }
 
 /// Answers a `ReleaseAgentCardRequest`: a new agent (registered as
