@@ -50,6 +50,11 @@ enum Command {
     /// with the registry workload, serving providers and consumers, and
     /// writes its report.
     Chaos(understudy_rig::ChaosArgs),
+    /// Nacos compatibility: `compat record` sends the corpus of request
+    /// sequences to a server (a real Nacos) and writes its answers as
+    /// transcripts; `compat check` replays them against another server
+    /// and compares.
+    Compat(understudy_compat::cli::CompatArgs),
 }
 
 /// sysexits' EX_USAGE: the command line or config was wrong.
@@ -94,6 +99,16 @@ fn main() -> ExitCode {
                 }
             };
         }
+        Some(Command::Compat(args)) => {
+            return match compat(args) {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::FAILURE,
+                Err(e) => {
+                    eprintln!("understudy compat: {e:#}");
+                    ExitCode::from(EXIT_USAGE)
+                }
+            };
+        }
         Some(Command::Node(NodeCommand::Serve(args))) => args,
         None => cli.serve,
     };
@@ -130,6 +145,11 @@ async fn sim(args: understudy_server::sim::SimArgs) -> anyhow::Result<()> {
 #[tokio::main]
 async fn chaos(args: understudy_rig::RunArgs) -> anyhow::Result<bool> {
     Ok(understudy_rig::main(args).await?)
+}
+
+#[tokio::main]
+async fn compat(args: understudy_compat::cli::CompatArgs) -> anyhow::Result<bool> {
+    understudy_compat::cli::main(args).await
 }
 
 #[tokio::main]

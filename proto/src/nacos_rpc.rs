@@ -389,17 +389,16 @@ pub struct BatchInstanceRequest {
     pub instances: Option<Vec<InstanceWire>>,
 }
 
-/// `ServiceQueryRequest`. Go sends `clusters` for `cluster`, Python
-/// `healthOnly` for `healthyOnly`; both are accepted.
+/// `ServiceQueryRequest`. Only Nacos' own field names narrow the answer:
+/// a client that misspells one (nacos-sdk-python sends `healthOnly`) gets
+/// every instance, as it does from Nacos, which ignores unknown fields.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ServiceQueryRequest {
     #[serde(flatten)]
     pub common: NamingCommon,
     pub cluster: Option<String>,
-    pub clusters: Option<String>,
     pub healthy_only: Option<bool>,
-    pub health_only: Option<bool>,
 }
 
 /// `SubscribeServiceRequest`.

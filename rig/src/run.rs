@@ -168,6 +168,7 @@ async fn apply_step(sim: &mut Sim, targets: &Targets, action: &Action) {
         Action::Push(dc, fault) => {
             let _ = faults.set_push_fault(dc, *fault);
         }
+        Action::ConfigReadLag(dc, lag) => faults.set_config_read_lag(dc, *lag),
         Action::Kill(id) => {
             lock(&targets.killed).insert(*id);
             sim.kill(*id);

@@ -170,7 +170,7 @@ fn nacos_request(envelope: &Envelope) -> Result<(), DecodeError> {
         RequestKind::ServiceQuery => {
             let request: ServiceQueryRequest = envelope.decode()?;
             request.common.service_key()?;
-            parse_clusters(&request.cluster.or(request.clusters).unwrap_or_default())?;
+            parse_clusters(&request.cluster.unwrap_or_default())?;
         }
         RequestKind::Subscribe => {
             let request: SubscribeServiceRequest = envelope.decode()?;

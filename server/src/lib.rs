@@ -9,13 +9,15 @@
 //! - `clock`: the node's [`Clock`] (epoch milliseconds on tokio's clock,
 //!   and the wall clock for stamps compared across nodes);
 //! - `member`, `faults`: node ids and members; the link model (latency,
-//!   jitter, loss, cuts between DCs, pauses, apply delays, push faults);
+//!   jitter, loss, cuts between DCs, pauses, apply delays, push faults,
+//!   config read lags);
 //! - `state`, `write`: the applied state (registry, liveness, subscription
 //!   hubs) and the [`Propose`] write seam;
 //! - `raft`: the log store and state machine, the replicated writer behind
 //!   the seam, the transport and the peer service, the commit relay, the
 //!   election gate and ticks;
-//! - `view`: read-view lag and apply delays;
+//! - `view`, `read_lag`: read-view lag and apply delays; the config read
+//!   lag (formal config reads answering as before recent writes);
 //! - `wiring`, `node`: the one place a node is assembled, and the [`Node`]
 //!   facade adapters hold (with its cluster operations);
 //! - `sweeper`, `probe`, `ownership`: background tasks: liveness
@@ -60,6 +62,7 @@ mod ownership;
 mod probe;
 mod push;
 pub mod raft;
+mod read_lag;
 pub mod sim;
 mod state;
 mod sweeper;

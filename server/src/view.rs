@@ -9,6 +9,12 @@
 //! A DC's apply delay (part of the fault model) holds each entry back until
 //! its stamp plus the delay, so committed entries reach that DC's view late
 //! while raft itself runs at full speed: asynchronous cross-DC sync.
+//!
+//! A DC's config read lag (also a fault) makes formal config reads trail
+//! the applied state instead, as Nacos' do: for the lag after a config
+//! write is applied here, reads of that config answer as before it
+//! (`read_lag.rs` keeps what they answer). Listeners, long polling and
+//! pushes compare with the applied state, unlagged.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -16,10 +22,11 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
-use understudy_core::Command;
+use understudy_core::{Command, ConfigItem, ConfigKey};
 
 use crate::clock::Clock;
 use crate::faults::LinkFaults;
+use crate::read_lag::{self, ReadLag};
 
 /// Register-to-visible delays are kept up to this, in microseconds.
 const R2V_MAX_US: u64 = 3_600_000_000;
@@ -43,6 +50,9 @@ struct Inner {
     r2v: Mutex<Histogram<u64>>,
     /// The same, as the Prometheus histogram of this node's DC.
     r2v_metric: metrics::Histogram,
+    /// What formal config reads answered before recent writes, while
+    /// this DC has a config read lag.
+    read_lag: Mutex<ReadLag>,
 }
 
 /// A summary of delays, in milliseconds.
@@ -93,6 +103,7 @@ impl View {
                     "understudy_register_visible_seconds",
                     "dc" => dc.to_owned()
                 ),
+                read_lag: Mutex::new(ReadLag::default()),
             }),
         }
     }
@@ -133,6 +144,60 @@ impl View {
                 .unwrap_or_else(PoisonError::into_inner);
             let _ = h.record_n(delay_us.clamp(1, R2V_MAX_US), registrations);
         }
+    }
+
+    /// Called before `commands` are applied: with a config read lag in
+    /// this DC, remembers what formal reads of the configs they write
+    /// answer now (`current` reads the applied content), so that reads
+    /// answer it for the lag. Without a lag, or without config writes,
+    /// it reads nothing.
+    pub(crate) fn before_apply(
+        &self,
+        commands: &[Command],
+        current: impl Fn(&ConfigKey) -> Option<Arc<ConfigItem>>,
+    ) {
+        let written = read_lag::formal_writes(commands);
+        if written.is_empty() {
+            return;
+        }
+        let lag = self.config_read_lag();
+        if lag == 0 {
+            return;
+        }
+        let before: Vec<_> = written
+            .into_iter()
+            .map(|key| (key.clone(), current(key)))
+            .collect();
+        // Remembered before the batch is applied, so no read in between
+        // sees the new content early.
+        self.read_lag()
+            .remember(before, self.inner.clock.now(), lag);
+    }
+
+    /// What a formal read of `key` answers on this node, `current` being
+    /// its applied content: under this DC's config read lag, the content
+    /// before the writes not yet that old; else `current`.
+    pub(crate) fn formal_config(
+        &self,
+        key: &ConfigKey,
+        current: Option<Arc<ConfigItem>>,
+    ) -> Option<Arc<ConfigItem>> {
+        let mut memory = self.read_lag();
+        if memory.is_empty() {
+            return current;
+        }
+        memory.read(key, current, self.inner.clock.now(), self.config_read_lag())
+    }
+
+    fn config_read_lag(&self) -> understudy_core::Millis {
+        crate::clock::millis(self.inner.faults.config_read_lag(&self.inner.dc))
+    }
+
+    fn read_lag(&self) -> std::sync::MutexGuard<'_, ReadLag> {
+        self.inner
+            .read_lag
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// How far this view is behind the leader now; `None` before the

@@ -1,5 +1,6 @@
 //! The config service: the official Rust client's config API, HTTP long
-//! polling, what Dubbo 3 does at start, and malformed requests.
+//! polling, what Dubbo 3 does at start, malformed requests, and Nacos'
+//! read-after-write lag on demand (the `config-read-lag` fault).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -506,6 +507,128 @@ async fn malformed_config_requests_get_clear_errors_and_write_nothing() -> anyho
         .send()
         .await?;
     assert_eq!(probe.status(), 404);
+    server.stop().await?;
+    Ok(())
+}
+
+/// Nacos serves config reads from a cache dumped after each write, so a
+/// read right after a write answers the state before it. The chaos API's
+/// `config-read-lag` gives a node's DC that behaviour; without it reads
+/// answer the write at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_read_lag_answers_reads_as_before_a_write_until_it_passes() -> anyhow::Result<()> {
+    let server = Server::start(Settings {
+        dc: Some("sh".into()),
+        ..Settings::default()
+    })
+    .await?;
+    let http = reqwest::Client::new();
+    let chaos = |query: &str| {
+        http.post(server.url(&format!("/understudy/v1/chaos/config-read-lag?{query}")))
+            .send()
+    };
+    let configs = server.url("/nacos/v1/cs/configs");
+    let publish = |content: &str| {
+        http.post(&configs)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!("dataId=lagged&group=g&content={content}"))
+            .send()
+    };
+    let read = || async {
+        let answer = http
+            .get(format!("{configs}?dataId=lagged&group=g"))
+            .send()
+            .await
+            .expect("the node answers");
+        let status = answer.status().as_u16();
+        (status, answer.text().await.unwrap_or_default())
+    };
+    let reads = |expected: &'static str| {
+        let read = &read;
+        async move {
+            eventually(Duration::from_secs(10), || async {
+                read().await == (200, expected.to_owned())
+            })
+            .await
+        }
+    };
+
+    let bad = chaos("dc=sh&lag=soon").await?;
+    assert_eq!(bad.status(), 400);
+    assert!(bad.text().await?.contains("lag"));
+    let no_dc = chaos("lag=1s").await?;
+    assert_eq!(no_dc.status(), 400);
+    assert!(no_dc.text().await?.contains("dc"));
+    let set: Value = chaos("dc=sh&lag=1s").await?.json().await?;
+    assert_eq!(
+        set["faults"]["configReadLagsMs"],
+        json!({"sh": 1000}),
+        "{set}"
+    );
+
+    // A new config: not found at once, then found.
+    assert_eq!(publish("v1").await?.text().await?, "true");
+    assert_eq!(read().await.0, 404, "a read right after the first publish");
+    assert!(reads("v1").await, "the published content never showed");
+
+    // An update: the old content at once, then the new.
+    assert_eq!(publish("v2").await?.text().await?, "true");
+    assert_eq!(read().await, (200, "v1".to_owned()));
+    assert!(reads("v2").await, "the update never showed");
+
+    // The same over gRPC, and after a delete.
+    let client = RawClient::connect(server.grpc, None).await?;
+    let query = || async {
+        let (_, answer) = client
+            .call(
+                "ConfigQueryRequest",
+                json!({"dataId":"lagged","group":"g","tenant":""}),
+            )
+            .await
+            .expect("the node answers");
+        answer
+    };
+    assert_eq!(publish("v3").await?.text().await?, "true");
+    let old = query().await;
+    assert_eq!(
+        (old["content"].as_str(), old["md5"].as_str()),
+        (
+            Some("v2"),
+            Some(understudy_core::content_md5("v2").as_str())
+        ),
+        "{old}"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            query().await["content"] == "v3"
+        })
+        .await,
+        "gRPC never read the update"
+    );
+    let removed = http
+        .delete(format!("{configs}?dataId=lagged&group=g"))
+        .send()
+        .await?;
+    assert_eq!(removed.text().await?, "true");
+    assert_eq!(
+        read().await,
+        (200, "v3".to_owned()),
+        "just after the delete"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || async { read().await.0 == 404 }).await,
+        "the removal never showed"
+    );
+
+    // Without the lag, a read answers the write at once.
+    let cleared: Value = chaos("dc=sh&lag=0").await?.json().await?;
+    assert_eq!(
+        cleared["faults"]["configReadLagsMs"],
+        json!({}),
+        "{cleared}"
+    );
+    assert_eq!(publish("v4").await?.text().await?, "true");
+    assert_eq!(read().await, (200, "v4".to_owned()));
     server.stop().await?;
     Ok(())
 }

@@ -306,3 +306,55 @@ async fn a_client_that_stops_answering_detection_is_dropped_and_one_that_answers
     server.stop().await?;
     Ok(())
 }
+
+/// A query narrows by Nacos' own field names only. Nacos ignores the
+/// fields it does not know, so a client that misspells one
+/// (nacos-sdk-python sends `healthOnly`, nacos-sdk-go `clusters`) gets
+/// every instance from Nacos; answering it narrowed would let a suite pass
+/// here that fails against Nacos (checked by hand: honouring `healthOnly`
+/// again fails the second assertion).
+#[tokio::test]
+async fn a_query_narrows_only_by_the_field_names_nacos_reads() -> anyhow::Result<()> {
+    let server = Server::start(Settings::default()).await?;
+    let http = reqwest::Client::new();
+    for (ip, cluster, healthy) in [("10.0.0.1", "A", true), ("10.0.0.2", "B", false)] {
+        let status = http
+            .post(server.url(&format!(
+                "/nacos/v1/ns/instance?serviceName=spelled&ip={ip}&port=1&clusterName={cluster}&healthy={healthy}"
+            )))
+            .send()
+            .await?
+            .status();
+        assert!(status.is_success(), "register {ip}: {status}");
+    }
+    let client = RawClient::connect(server.grpc, None).await?;
+    let query = |extra: serde_json::Value| {
+        let mut body =
+            json!({"namespace":"public","serviceName":"spelled","groupName":"DEFAULT_GROUP"});
+        body.as_object_mut()
+            .expect("an object")
+            .extend(extra.as_object().expect("an object").clone());
+        body
+    };
+    let cases = [
+        (json!({"healthyOnly": true}), vec!["10.0.0.1:1"]),
+        (
+            json!({"healthOnly": true}),
+            vec!["10.0.0.1:1", "10.0.0.2:1"],
+        ),
+        (json!({"cluster": "B"}), vec!["10.0.0.2:1"]),
+        (json!({"clusters": "B"}), vec!["10.0.0.1:1", "10.0.0.2:1"]),
+    ];
+    for (extra, expected) in cases {
+        let (kind, answer) = client
+            .call("ServiceQueryRequest", query(extra.clone()))
+            .await?;
+        assert_eq!(kind, "QueryServiceResponse", "{extra}: {answer}");
+        assert_eq!(
+            understudy_tests::nacos_grpc::endpoints(&answer["serviceInfo"]),
+            expected,
+            "{extra}"
+        );
+    }
+    server.stop().await
+}

@@ -17,6 +17,7 @@
 //! at 40s link hz-sh=300ms
 //! at 45s apply-delay sh=500ms
 //! at 50s push sh delay=100ms drop=10%
+//! at 51s config-read-lag sh 500ms
 //! at 52s pause 3
 //! at 55s resume 3
 //! ```
@@ -70,6 +71,8 @@ pub enum Action {
     ApplyDelay(String, Duration),
     /// Set a DC's push faults.
     Push(String, PushFault),
+    /// Set a DC's config read lag (zero removes it).
+    ConfigReadLag(String, Duration),
     /// Kill a node as a crash would.
     Kill(NodeId),
     /// Pause a node (all its links cut).
@@ -139,6 +142,9 @@ impl fmt::Display for Action {
                 p.delay.as_millis(),
                 p.drop * 100.0
             ),
+            Action::ConfigReadLag(dc, lag) => {
+                write!(f, "config-read-lag {dc} {}ms", lag.as_millis())
+            }
             Action::Kill(id) => write!(f, "kill {id}"),
             Action::Pause(id) => write!(f, "pause {id}"),
             Action::Resume(id) => write!(f, "resume {id}"),
@@ -306,7 +312,9 @@ impl Scenario {
             let named: Vec<&str> = match &step.action {
                 Action::Partition(a, b) | Action::Heal(Some((a, b))) => vec![a, b],
                 Action::Link(spec) | Action::CallLink(spec) => vec![&spec.from, &spec.to],
-                Action::ApplyDelay(dc, _) | Action::Push(dc, _) => vec![dc],
+                Action::ApplyDelay(dc, _) | Action::Push(dc, _) | Action::ConfigReadLag(dc, _) => {
+                    vec![dc]
+                }
                 Action::SlowProviders { zone, .. } => vec![zone],
                 Action::KillProviders(t)
                 | Action::RestartProviders(t)
@@ -566,6 +574,13 @@ fn action(words: &[&str]) -> Result<Action, String> {
             }
             Action::Push((*dc).to_owned(), fault)
         }
+        "config-read-lag" => match rest {
+            [dc, lag] => {
+                let lag = parse_duration(lag).map_err(|e| format!("config-read-lag: lag {e}"))?;
+                Action::ConfigReadLag((*dc).to_owned(), lag)
+            }
+            _ => return Err("expected: config-read-lag DC LAG".into()),
+        },
         "kill" => Action::Kill(node(rest, "kill")?),
         "kill-providers" => Action::KillProviders(provider_target(rest, "kill-providers")?),
         "restart-providers" => {
@@ -618,7 +633,8 @@ mod tests {
         let s = Scenario::parse(
             "name demo\nseed 7\ndc hz 2\ndc sh 1\nlink hz-sh=40ms~10ms,loss=1%\nduration 60 s\n\
              at 20s heal # comment\nat 5 s partition hz|sh\nat 30s kill node 2\n\
-             at 40s link hz-sh=300ms\nat 50s push sh delay=100ms drop=10%\n",
+             at 40s link hz-sh=300ms\nat 50s push sh delay=100ms drop=10%\n\
+             at 55s config-read-lag sh 0.5s\n",
         )
         .unwrap();
         assert_eq!(s.name, "demo");
@@ -636,7 +652,8 @@ mod tests {
                 "20s heal",
                 "30s kill 2",
                 "40s link hz-sh=300ms",
-                "50s push sh delay=100ms drop=10%"
+                "50s push sh delay=100ms drop=10%",
+                "55s config-read-lag sh 500ms"
             ]
         );
         let short = s.scaled(0.1);
@@ -681,6 +698,8 @@ mod tests {
             ),
             ("dc hz 1\nat 1s pause-provider hz 5s", 2, "ZONE/I"),
             ("dc hz 1\nat 1s slow-providers hz 3 for 5s", 2, "factor"),
+            ("dc hz 1\nat 1s config-read-lag hz", 2, "config-read-lag DC LAG"),
+            ("dc hz 1\nat 1s config-read-lag sh 1s", 0, "DC sh"),
             ("dc hz 1\ncall-link hz-sh=10ms", 0, "zone sh"),
         ] {
             let e = Scenario::parse(text).unwrap_err();

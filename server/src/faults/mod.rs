@@ -14,7 +14,7 @@
 //!
 //! `spec.rs` reads and writes the settings (`hz-sh=40ms~10ms,loss=1%`);
 //! this module holds the live model that the raft transport, the push
-//! fan-out, the apply path and the sim consult.
+//! fan-out, the apply path, config reads and the sim consult.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
@@ -69,6 +69,9 @@ pub struct FaultState {
     pub apply_delays_ms: BTreeMap<String, u64>,
     /// Push faults by DC.
     pub push_faults: BTreeMap<String, PushFault>,
+    /// Config read lags by DC, ms: for this long after a config is
+    /// written, that DC's nodes answer reads of it as before the write.
+    pub config_read_lags_ms: BTreeMap<String, u64>,
     /// Paused nodes.
     pub paused: Vec<NodeId>,
 }
@@ -135,6 +138,8 @@ struct Faults {
     /// Per-DC faults on pushes to subscribers, with their drop draws.
     push_faults: BTreeMap<String, PushFault>,
     push_rngs: HashMap<String, StdRng>,
+    /// Per-DC time a config write stays unseen by formal reads.
+    config_read_lags: BTreeMap<String, Duration>,
 }
 
 /// Faults on the pushes a DC's nodes send their Nacos subscribers.
@@ -187,6 +192,7 @@ impl LinkFaults {
                 apply_delays: BTreeMap::new(),
                 push_faults: BTreeMap::new(),
                 push_rngs: HashMap::new(),
+                config_read_lags: BTreeMap::new(),
             })),
             push_faulted: Arc::new(AtomicBool::new(false)),
         }
@@ -342,7 +348,7 @@ impl LinkFaults {
     }
 
     /// Makes every link perfect, resumes paused nodes and removes apply
-    /// delays and push faults.
+    /// delays, push faults and config read lags.
     pub fn clear_all(&self) {
         let mut faults = self.lock();
         faults.links.clear();
@@ -350,6 +356,7 @@ impl LinkFaults {
         faults.paused.clear();
         faults.apply_delays.clear();
         faults.push_faults.clear();
+        faults.config_read_lags.clear();
         self.push_faulted.store(false, Ordering::Release);
     }
 
@@ -383,6 +390,11 @@ impl LinkFaults {
                 .map(|(dc, d)| (dc.clone(), d.as_millis() as u64))
                 .collect(),
             push_faults: faults.push_faults.clone(),
+            config_read_lags_ms: faults
+                .config_read_lags
+                .iter()
+                .map(|(dc, d)| (dc.clone(), d.as_millis() as u64))
+                .collect(),
             paused: faults.paused.iter().copied().collect(),
         }
     }
@@ -419,6 +431,12 @@ impl LinkFaults {
             .collect();
         self.push_faulted
             .store(!faults.push_faults.is_empty(), Ordering::Release);
+        faults.config_read_lags = state
+            .config_read_lags_ms
+            .iter()
+            .filter(|(_, ms)| **ms > 0)
+            .map(|(dc, ms)| (dc.clone(), Duration::from_millis(*ms)))
+            .collect();
         faults.paused = state.paused.iter().copied().collect();
         Ok(())
     }
@@ -445,6 +463,28 @@ impl LinkFaults {
     /// Every DC's apply delay.
     pub fn apply_delays(&self) -> BTreeMap<String, Duration> {
         self.lock().apply_delays.clone()
+    }
+
+    /// Sets DC `dc`'s config read lag (zero removes it): for `lag` after a
+    /// node of that DC applies a config write, its formal reads of that
+    /// config answer as before the write, as Nacos' reads do until its
+    /// asynchronous dump catches up.
+    pub fn set_config_read_lag(&self, dc: &str, lag: Duration) {
+        let mut faults = self.lock();
+        if lag.is_zero() {
+            faults.config_read_lags.remove(dc);
+        } else {
+            faults.config_read_lags.insert(dc.to_owned(), lag);
+        }
+    }
+
+    /// DC `dc`'s config read lag.
+    pub fn config_read_lag(&self, dc: &str) -> Duration {
+        self.lock()
+            .config_read_lags
+            .get(dc)
+            .copied()
+            .unwrap_or_default()
     }
 
     /// Sets the faults on DC `dc`'s pushes (the default removes them).

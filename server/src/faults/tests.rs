@@ -265,3 +265,31 @@ async fn jitter_spreads_delays_around_the_latency_and_replays() {
     assert_eq!(delays, draw(3));
     assert_ne!(delays, draw(4));
 }
+
+#[test]
+fn a_config_read_lag_is_kept_per_dc_in_the_state_and_zero_removes_it() {
+    let faults = LinkFaults::new(1);
+    assert_eq!(faults.config_read_lag("sh"), Duration::ZERO);
+    faults.set_config_read_lag("sh", 500 * MS);
+    assert_eq!(faults.config_read_lag("sh"), 500 * MS);
+    assert_eq!(faults.config_read_lag("hz"), Duration::ZERO, "per DC");
+    let state = faults.state();
+    assert_eq!(
+        state.config_read_lags_ms,
+        BTreeMap::from([("sh".to_owned(), 500)])
+    );
+
+    let other = LinkFaults::new(2);
+    other.set_state(&state).unwrap();
+    assert_eq!(other.config_read_lag("sh"), 500 * MS, "handed to a peer");
+    let mut zero = state.clone();
+    zero.config_read_lags_ms.insert("sh".to_owned(), 0);
+    other.set_state(&zero).unwrap();
+    assert!(other.state().config_read_lags_ms.is_empty(), "0 ms removes");
+
+    faults.set_config_read_lag("sh", Duration::ZERO);
+    assert_eq!(faults.config_read_lag("sh"), Duration::ZERO);
+    faults.set_config_read_lag("sh", 500 * MS);
+    faults.clear_all();
+    assert_eq!(faults.config_read_lag("sh"), Duration::ZERO);
+}

@@ -29,12 +29,7 @@ fn tag_of<'a>(conn: &'a Conn, tag: Option<&'a str>) -> Option<&'a str> {
 pub(crate) fn query(node: &Node, conn: &Conn, envelope: &Envelope) -> Result<Payload, Failure> {
     let request: ConfigQueryRequest = envelope.decode()?;
     let key = request.key()?;
-    let found = {
-        let registry = node.registry();
-        registry
-            .config_for(&key, conn.remote_ip(), tag_of(conn, request.tag.as_deref()))
-            .map(|(item, gray)| (item, gray.map(|g| g.rule.clone())))
-    };
+    let found = node.config_for(&key, conn.remote_ip(), tag_of(conn, request.tag.as_deref()));
     let response = match found {
         Some((item, gray)) => Response::ok(ConfigQueryBody {
             content: Some(item.content.clone()),

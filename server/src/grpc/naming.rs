@@ -373,13 +373,10 @@ pub(crate) fn push_hosts(node: &Node, target: &PushTarget<'_, ServiceKey>) -> Ar
 fn query(node: &Node, envelope: &Envelope) -> Result<Payload, Failure> {
     let request: ServiceQueryRequest = envelope.decode()?;
     let key = request.common.service_key()?;
-    // Go sends `clusters`, Python `healthOnly`: both narrow as asked.
-    let clusters_raw = request.cluster.or(request.clusters).unwrap_or_default();
+    // Nacos' names only: a misspelled field narrows nothing, as in Nacos.
+    let clusters_raw = request.cluster.unwrap_or_default();
     let clusters = parse_clusters(&clusters_raw)?;
-    let healthy_only = request
-        .healthy_only
-        .or(request.health_only)
-        .unwrap_or(false);
+    let healthy_only = request.healthy_only.unwrap_or(false);
     let view = View {
         clusters_raw: &clusters_raw,
         clusters: &clusters,

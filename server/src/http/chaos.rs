@@ -14,6 +14,9 @@
 //!   without DCs removes every cut and resumes paused nodes).
 //! - `POST /understudy/v1/chaos/apply-delay?dc=sh&delay=500ms`.
 //! - `POST /understudy/v1/chaos/push?dc=sh&delay=100ms&drop=10%`.
+//! - `POST /understudy/v1/chaos/config-read-lag?dc=sh&lag=500ms` (`lag=0`
+//!   removes it): for that long after a config write, the DC's nodes
+//!   answer formal reads of it as before the write, as Nacos does.
 //! - `POST /understudy/v1/chaos/pause?node=3`, `.../resume?node=3`.
 //! - `GET /understudy/v1/cluster/nodes`: every member's DC, role, applied
 //!   index and revision, view lag and register-to-visible delays.
@@ -59,13 +62,14 @@ pub(crate) async fn act(
         "heal" => heal,
         "apply-delay" => apply_delay,
         "push" => push,
+        "config-read-lag" => config_read_lag,
         "pause" => pause,
         "resume" => resume,
         other => {
             return ApiError::not_found(
                 understudy_proto::nacos::ErrorCode::ResourceNotFound,
                 format!(
-                    "no chaos action '{other}': links, partition, heal, apply-delay, push, pause or resume"
+                    "no chaos action '{other}': links, partition, heal, apply-delay, push, config-read-lag, pause or resume"
                 ),
             )
             .v2()
@@ -147,6 +151,18 @@ fn push(p: &Params, state: &mut FaultState) -> Result<(), ApiError> {
             .loss;
     }
     state.push_faults.insert(dc, fault);
+    Ok(())
+}
+
+/// `config-read-lag?dc=&lag=`.
+fn config_read_lag(p: &Params, state: &mut FaultState) -> Result<(), ApiError> {
+    let dc = p.required("dc")?.to_owned();
+    let lag = match p.required("lag")?.trim() {
+        // Zero needs no unit: `lag=0` removes the lag.
+        "0" => std::time::Duration::ZERO,
+        text => parse_duration(text).map_err(|why| ApiError::invalid("lag", why.to_string()))?,
+    };
+    state.config_read_lags_ms.insert(dc, lag.as_millis() as u64);
     Ok(())
 }
 

@@ -76,7 +76,8 @@ pub(crate) type ReadFor = (Arc<ConfigItem>, Option<GrayRule>);
 
 /// What the caller gets of the config `p` names: a gray release whose
 /// rule takes it (by its address, or the `tag` it asks for), else the
-/// formal content; and which release, if any.
+/// formal content as this node's config read lag lets it be seen; and
+/// which release, if any.
 pub(crate) fn read_for(
     node: &Node,
     p: &Params,
@@ -84,10 +85,7 @@ pub(crate) fn read_for(
     caller: &Caller,
 ) -> Result<Option<ReadFor>, ApiError> {
     let key = key(p, api)?;
-    let registry = node.registry();
-    Ok(registry
-        .config_for(&key, &caller.ip, p.get("tag").map(str::trim))
-        .map(|(item, gray)| (item, gray.map(|g| g.rule.clone()))))
+    Ok(node.config_for(&key, &caller.ip, p.get("tag").map(str::trim)))
 }
 
 pub(crate) async fn get_v1(State(node): State<Node>, caller: Caller, params: Input) -> Response {

@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLockReadGuard};
 
 use tokio::sync::Notify;
 use tokio_util::task::TaskTracker;
-use understudy_core::{BeatOutcome, Command, LiveKey, Millis, Op, Owner, Registry};
+use understudy_core::{
+    BeatOutcome, Command, ConfigItem, ConfigKey, GrayRule, LiveKey, Millis, Op, Owner, Registry,
+};
 
 use crate::clock::Clock;
 use crate::config::ValidConfig;
@@ -246,6 +248,34 @@ impl Node {
 
     pub(crate) fn state(&self) -> &State {
         &self.inner.parts.state
+    }
+
+    /// What a client at `ip` carrying `tag` reads of a config: a gray
+    /// release whose rule takes it, else the formal content as this
+    /// node's DC's config read lag lets it be seen (see
+    /// [`crate::view::View`]). Every config read of the Nacos HTTP and
+    /// gRPC APIs comes here; listeners and pushes compare with the
+    /// registry itself.
+    pub(crate) fn config_for(
+        &self,
+        key: &ConfigKey,
+        ip: &str,
+        tag: Option<&str>,
+    ) -> Option<(Arc<ConfigItem>, Option<GrayRule>)> {
+        let current = match self.registry().config_for(key, ip, tag) {
+            Some((item, Some(gray))) => return Some((item, Some(gray.rule.clone()))),
+            Some((item, None)) => Some(item),
+            None => None,
+        };
+        let item = self.view().formal_config(key, current)?;
+        Some((item, None))
+    }
+
+    /// A config's formal content as a read on this node sees it (under
+    /// its DC's config read lag, as [`Node::config_for`]).
+    pub(crate) fn formal_config(&self, key: &ConfigKey) -> Option<Arc<ConfigItem>> {
+        let current = self.registry().config(key);
+        self.view().formal_config(key, current)
     }
 
     /// Proposes an operation stamped with the current time.

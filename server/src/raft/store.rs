@@ -398,6 +398,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     if batch.is_tick() {
                         answers.push(BatchApplied::default());
                     } else {
+                        if let Some(view) = &self.view {
+                            view.before_apply(&batch.commands, |key| {
+                                self.state.registry().config(key)
+                            });
+                        }
                         let results = self.state.apply(&batch.commands, self.clock.now());
                         answers.push(BatchApplied {
                             commands: results.len(),

@@ -47,8 +47,7 @@ pub(super) fn routes() -> Vec<Route> {
 fn existing(node: &Node, p: &Params) -> Result<(ConfigKey, Arc<ConfigItem>), ApiError> {
     let key = shared::key(p, Api::V3)?;
     let item = node
-        .registry()
-        .config(&key)
+        .formal_config(&key)
         .ok_or_else(|| ApiError::not_found(ErrorCode::ResourceNotFound, not_found_text(&key)))?;
     Ok((key, item))
 }
@@ -73,7 +72,6 @@ async fn client_get(State(node): State<Node>, caller: Caller, params: Input) -> 
     reply(params.and_then(|p| {
         let key = shared::key(&p, Api::V3)?;
         let found = node
-            .registry()
             .config_for(&key, &caller.ip, None)
             .map(|(item, gray)| (item, gray.is_some()));
         let (item, beta) = found.ok_or_else(|| {

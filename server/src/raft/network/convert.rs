@@ -140,6 +140,7 @@ impl From<&FaultState> for peer::FaultState {
                     (dc.clone(), fault)
                 })
                 .collect(),
+            config_read_lags_ms: s.config_read_lags_ms.clone().into_iter().collect(),
             paused: s.paused.clone(),
         }
     }
@@ -178,6 +179,7 @@ impl From<peer::FaultState> for FaultState {
                     (dc, fault)
                 })
                 .collect(),
+            config_read_lags_ms: s.config_read_lags_ms.into_iter().collect(),
             paused: s.paused,
         }
     }
@@ -211,6 +213,7 @@ mod tests {
                     drop: 0.5,
                 },
             )]),
+            config_read_lags_ms: BTreeMap::from([("sh".to_owned(), 500), ("hz".to_owned(), 1)]),
             paused: vec![2, 3],
         };
         assert_eq!(FaultState::from(peer::FaultState::from(&state)), state);

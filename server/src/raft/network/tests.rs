@@ -399,6 +399,7 @@ async fn over_loopback_peer_calls_are_typed_and_only_pings_and_forwards_obey_the
         links: Vec::new(),
         apply_delays_ms: BTreeMap::new(),
         push_faults: BTreeMap::new(),
+        config_read_lags_ms: BTreeMap::new(),
         paused,
     };
     // Each request comes back as its own typed answer.
