@@ -18,20 +18,32 @@ pub mod transcript;
 
 use std::path::Path;
 
+use anyhow::Context as _;
+
 use corpus::Sequence;
 use diff::{Allowlist, Difference, Kind};
 use run::Target;
 use transcript::{Meta, Transcript};
 
-/// The version a server reports of itself
-/// (`GET /nacos/v1/console/server/state`).
+/// The version a server reports of itself: Nacos 2's
+/// `GET /nacos/v1/console/server/state`, or Nacos 3's
+/// `GET /nacos/v3/admin/core/state` (where the first answers 410).
 pub async fn server_version(target: &Target) -> anyhow::Result<String> {
-    let state: serde_json::Value =
-        reqwest::get(format!("{}/nacos/v1/console/server/state", target.http))
-            .await?
-            .json()
-            .await?;
-    Ok(state["version"].as_str().unwrap_or_default().to_owned())
+    let state = |path: &'static str| async move {
+        let answer = reqwest::get(format!("{}{path}", target.http)).await?;
+        if !answer.status().is_success() {
+            return anyhow::Ok(None);
+        }
+        let body: serde_json::Value = answer.json().await?;
+        let state = body.get("data").unwrap_or(&body);
+        Ok(state["version"].as_str().map(str::to_owned))
+    };
+    if let Some(version) = state("/nacos/v1/console/server/state").await? {
+        return Ok(version);
+    }
+    state("/nacos/v3/admin/core/state")
+        .await?
+        .context("the server reports no version at /nacos/v1/console/server/state or /nacos/v3/admin/core/state")
 }
 
 /// The major version of a version string (`2.5.1` → 2).

@@ -14,6 +14,10 @@ pub enum Action {
     /// Sort the array: the server keeps these items in a hash map, so
     /// their order says nothing.
     Sort,
+    /// In an object, one field under two spellings (`.0` as Nacos 2
+    /// spells it, `.1` as Nacos 3 does) is kept once, under `.0`, when
+    /// both carry the same value; different values stay apart.
+    Spellings(&'static str, &'static str),
 }
 
 /// One normalisation.
@@ -94,6 +98,47 @@ pub const RULES: &[Rule] = &[
         action: Action::Sort,
         reason: "Nacos lists a service's instances in its hash map's order",
     },
+    Rule {
+        path: "body.doms",
+        action: Action::Sort,
+        reason: "Nacos lists a group's services (v1) in its hash set's order",
+    },
+    Rule {
+        path: "body.serviceNames",
+        action: Action::Sort,
+        reason: "Nacos lists a group's services (gRPC) in its hash set's order",
+    },
+    Rule {
+        path: "body.**",
+        action: Action::Spellings("allIPs", "allIps"),
+        reason: "a ServiceInfo's flag is `allIPs` in Nacos 2 and `allIps` in Nacos 3; \
+                 understudy sends both so that clients of either read it",
+    },
+    Rule {
+        path: "body.id",
+        action: Action::Replace("<id>"),
+        reason: "a config's database id (v1 `show=all`)",
+    },
+    Rule {
+        path: "body.data.id",
+        action: Action::Replace("<id>"),
+        reason: "a config's database id (v3 admin)",
+    },
+    Rule {
+        path: "body.data.pageItems.*.id",
+        action: Action::Replace("<id>"),
+        reason: "a config's database id (v3 admin lists)",
+    },
+    Rule {
+        path: "body.pageItems.*.createdTime",
+        action: Action::Replace("<time>"),
+        reason: "a history entry's creation time",
+    },
+    Rule {
+        path: "body.timestamp",
+        action: Action::Replace("<time>"),
+        reason: "the time in a Spring error body",
+    },
 ];
 
 /// The answer with every rule applied.
@@ -112,6 +157,20 @@ fn apply(value: &mut Value, pattern: &[&str], action: Action) {
             Action::Sort => {
                 if let Value::Array(items) = value {
                     items.sort_by_key(|v| v.to_string());
+                }
+            }
+            Action::Spellings(kept, other) => {
+                if let Value::Object(map) = value {
+                    match (map.get(kept), map.get(other)) {
+                        (Some(a), Some(b)) if a == b => {
+                            map.remove(other);
+                        }
+                        (None, Some(_)) => {
+                            let moved = map.remove(other).unwrap_or_default();
+                            map.insert(kept.to_owned(), moved);
+                        }
+                        _ => {}
+                    }
                 }
             }
         }
@@ -163,6 +222,19 @@ mod tests {
             normalise(answer),
             json!({"status": 200, "body": {"lastRefTime": "<time>", "name": "a",
                 "data": {"hosts": [{"ip": "a"}, {"ip": "b", "lastBeat": "<time>"}], "lastRefTime": "<time>"}}})
+        );
+    }
+
+    #[test]
+    fn one_field_under_two_spellings_is_compared_once() {
+        let both = json!({"body": {"serviceInfo": {"allIPs": false, "allIps": false}}});
+        let nacos3 = json!({"body": {"serviceInfo": {"allIps": false}}});
+        assert_eq!(normalise(both), normalise(nacos3.clone()));
+        let apart = json!({"body": {"allIPs": true, "allIps": false}});
+        assert_eq!(normalise(apart.clone()), apart);
+        assert_eq!(
+            normalise(nacos3),
+            json!({"body": {"serviceInfo": {"allIPs": false}}})
         );
     }
 }

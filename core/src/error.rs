@@ -44,8 +44,9 @@ pub enum Error {
         service: String,
     },
     /// Ephemeral and persistent instances never mix in one service.
+    /// (Worded as Nacos words it, prefix and trailing space included.)
     #[error(
-        "Current service {service} is {existing} service, can't register {requested} instance."
+        "errCode: 400, errMsg: Current service {service} is {existing} service, can't register {requested} instance. "
     )]
     KindMismatch {
         /// Grouped service name.

@@ -508,7 +508,7 @@ fn ephemeral_and_persistent_never_mix() {
         .unwrap_err();
     assert_eq!(
         err.to_string(),
-        "Current service DEFAULT_GROUP@@mixed is ephemeral service, can't register persistent instance."
+        "errCode: 400, errMsg: Current service DEFAULT_GROUP@@mixed is ephemeral service, can't register persistent instance. "
     );
 }
 

@@ -17,6 +17,8 @@ pub const DEFAULT_CACHE_MILLIS: u64 = 10_000;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InstanceJson {
+    /// Empty (and left out) in v2 and v3 HTTP lists, as Nacos renders them.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub instance_id: String,
     pub ip: String,
     pub port: u16,
@@ -54,6 +56,12 @@ impl InstanceJson {
             instance_id_generator: "simple".to_owned(),
         }
     }
+
+    /// As the v2 and v3 HTTP APIs render it: without its id.
+    pub fn without_id(mut self) -> Self {
+        self.instance_id.clear();
+        self
+    }
 }
 
 /// The object clients cache and receive: a service's selected instances.
@@ -77,6 +85,16 @@ pub struct ServiceInfo {
 }
 
 impl ServiceInfo {
+    /// As the v2 HTTP list renders it: hosts without their ids.
+    pub fn without_instance_ids(mut self) -> Self {
+        self.hosts = self
+            .hosts
+            .into_iter()
+            .map(InstanceJson::without_id)
+            .collect();
+        self
+    }
+
     /// A ServiceInfo for `service` with the given hosts.
     pub fn new(
         name: String,
@@ -268,7 +286,8 @@ pub struct InstanceDetailV2 {
     pub cluster_name: String,
     pub weight: f64,
     pub healthy: bool,
-    pub instance_id: String,
+    /// Always `null`: Nacos' v2 detail leaves it unset.
+    pub instance_id: Option<String>,
     pub metadata: Metadata,
 }
 
@@ -297,7 +316,7 @@ impl From<InstanceDetailV1> for InstanceDetailV2 {
             cluster_name: v1.cluster_name,
             weight: v1.weight,
             healthy: v1.healthy,
-            instance_id: v1.instance_id,
+            instance_id: None,
             metadata: v1.metadata,
         }
     }
@@ -392,13 +411,21 @@ pub fn parse_metadata(raw: &str) -> Result<Metadata, DecodeError> {
         .collect()
 }
 
-/// Selector JSON (`{"type":"none"}`).
+/// Selector JSON (`{"contextType":"NONE","type":"none"}`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SelectorJson {
     #[serde(rename = "type")]
     pub kind: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub expression: String,
+    /// What Nacos' selector reads its context from: `NONE`, or `CMDB`
+    /// for a label selector. Rendered only; never read.
+    #[serde(
+        rename = "contextType",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub context_type: String,
 }
 
 impl SelectorJson {
@@ -423,11 +450,26 @@ impl SelectorJson {
     }
 }
 
+impl SelectorJson {
+    /// As a service detail renders it, with its `contextType`.
+    pub fn rendered(selector: &understudy_core::Selector) -> Self {
+        let context_type = match selector.kind.as_str() {
+            "label" => "CMDB",
+            _ => "NONE",
+        };
+        Self {
+            context_type: context_type.to_owned(),
+            ..Self::from(selector)
+        }
+    }
+}
+
 impl From<&understudy_core::Selector> for SelectorJson {
     fn from(selector: &understudy_core::Selector) -> Self {
         Self {
             kind: selector.kind.clone(),
             expression: selector.expression.clone(),
+            context_type: String::new(),
         }
     }
 }
@@ -474,7 +516,7 @@ impl ServiceDetailV1 {
             name: service.key().name.to_string(),
             protect_threshold: meta.protect_threshold,
             metadata: meta.metadata,
-            selector: SelectorJson::from(&meta.selector),
+            selector: SelectorJson::rendered(&meta.selector),
             clusters: service
                 .clusters()
                 .into_iter()

@@ -40,6 +40,11 @@ impl ApiError {
         }
     }
 
+    /// A refusal the caller can act on, worded by the adapter.
+    pub(crate) fn bad_request(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, None, message.into())
+    }
+
     /// A required parameter is absent or blank.
     pub(crate) fn missing(field: &'static str) -> Self {
         Self::new(

@@ -20,6 +20,7 @@ use understudy_proto::nacos::{
 use super::error::{plain, ApiError};
 use super::params::{parse_port, Api, Params};
 use crate::node::Node;
+use crate::node::ProposeError;
 
 type Input = Result<Params, ApiError>;
 
@@ -69,7 +70,9 @@ pub(crate) async fn list_v1(
 }
 
 pub(crate) async fn list_v2(State(node): State<Node>, params: Input) -> Response {
-    v2_json(params.and_then(|p| list(&node, &p, Api::V2, None)))
+    v2_json(
+        params.and_then(|p| list(&node, &p, Api::V2, None).map(ServiceInfo::without_instance_ids)),
+    )
 }
 versions!(
     create_service_v1,
@@ -285,14 +288,22 @@ pub(crate) fn detail(node: &Node, p: &Params, api: Api) -> Result<InstanceDetail
     let service_key = p.service_key(api)?;
     let key = instance_key(p)?;
     let registry = node.registry();
-    let service = registry.service(&service_key).ok_or_else(|| {
-        ApiError::not_found(
+    let service = registry.service(&service_key);
+    let instances = || service.iter().flat_map(|s| s.instances());
+    // As Nacos: a cluster holding no instance (or no service at all) is
+    // "no ips found", one holding others "no matched ip found!".
+    if !instances().any(|i| i.cluster == key.cluster) {
+        return Err(ApiError::not_found(
             ErrorCode::ResourceNotFound,
-            format!("service {} is not found!", service_key.grouped_name()),
-        )
-    })?;
-    let instance = service
-        .instance(&key)
+            format!(
+                "no ips found for cluster {} in service {}",
+                key.cluster,
+                service_key.grouped_name()
+            ),
+        ));
+    }
+    let instance = instances()
+        .find(|i| i.key() == key)
         .ok_or_else(|| ApiError::not_found(ErrorCode::InstanceNotFound, "no matched ip found!"))?;
     Ok(InstanceDetailV1::new(&service_key, instance))
 }
@@ -488,8 +499,18 @@ pub(crate) async fn create_service(node: &Node, p: &Params, api: Api) -> Result<
 
 pub(crate) async fn delete_service(node: &Node, p: &Params, api: Api) -> Result<(), ApiError> {
     let service = p.service_key(api)?;
-    node.propose(Op::DeleteService { service }).await?;
-    Ok(())
+    let grouped = service.grouped_name();
+    match node.propose(Op::DeleteService { service }).await {
+        Ok(_) => Ok(()),
+        // Nacos words a missing service here its own way.
+        Err(ProposeError::Rejected(understudy_core::Error::ServiceNotFound { .. })) => {
+            Err(ApiError::bad_request(
+                ErrorCode::ServiceNotExist,
+                format!("service {grouped} not found!"),
+            ))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 pub(crate) async fn update_service(node: &Node, p: &Params, api: Api) -> Result<(), ApiError> {
@@ -497,9 +518,10 @@ pub(crate) async fn update_service(node: &Node, p: &Params, api: Api) -> Result<
     if api == Api::V1 {
         p.required("protectThreshold")?;
     }
+    // As Nacos: the update sets the metadata it is given, none clearing it.
     let patch = ServiceMetaPatch {
         protect_threshold: protect_threshold(p)?,
-        metadata: p.metadata()?,
+        metadata: Some(p.metadata()?.unwrap_or_default()),
         selector: selector(p)?,
     };
     node.propose(Op::UpdateService { service, patch }).await?;

@@ -130,7 +130,7 @@ fn named_instance(node: &Node, p: &Params) -> Result<InstanceJson, ApiError> {
     }
     let found = instances()
         .find(|i| i.key() == key)
-        .map(|i| InstanceJson::new(&service_key, i));
+        .map(|i| InstanceJson::new(&service_key, i).without_id());
     found.ok_or_else(|| {
         ApiError::not_found(
             ErrorCode::ResourceNotFound,
@@ -183,7 +183,7 @@ async fn client_list(State(node): State<Node>, params: Input) -> Response {
             view,
             node.now(),
         );
-        Ok(info.hosts)
+        Ok(info.without_instance_ids().hosts)
     }))
 }
 
@@ -215,7 +215,7 @@ async fn admin_list(State(node): State<Node>, params: Input) -> Response {
         Ok(in_cluster
             .into_iter()
             .filter(|i| !healthy_only || i.healthy)
-            .map(|i| InstanceJson::new(&key, i))
+            .map(|i| InstanceJson::new(&key, i).without_id())
             .collect::<Vec<_>>())
     }))
 }
