@@ -338,7 +338,8 @@ pub fn check_weight(weight: f64) -> Result<(), Error> {
     if !weight.is_finite() || !(0.0..=MAX_WEIGHT).contains(&weight) {
         return Err(Error::invalid(
             "weight",
-            format!("The weights range from 0.0 to {MAX_WEIGHT}, got {weight}"),
+            // Nacos' words (its weight check names no value).
+            "The weights range from 0.0 to 10000.0".to_owned(),
         ));
     }
     Ok(())

@@ -140,7 +140,8 @@ async fn malformed_requests_get_errors_naming_the_problem_and_the_connection_sta
         body
     };
     let cases: Vec<(&str, serde_json::Value, i64, &str)> = vec![
-        ("NoSuchRequest", json!({}), 302, "NoSuchRequest"),
+        // Nacos names no type here: the envelope carries it.
+        ("NoSuchRequest", json!({}), 302, "RequestHandler Not Found"),
         (
             "InstanceRequest",
             instance(json!({"instance": null})),

@@ -107,10 +107,8 @@ pub(crate) async fn dispatch(node: &Node, conn: &Arc<Conn>, envelope: Envelope) 
         Some(RequestKind::LockOperation) => lock::operate(node, &envelope).await,
         Some(RequestKind::ServerCheck | RequestKind::ConnectionSetup) | None => Err(Failure {
             code: NO_HANDLER,
-            message: format!(
-                "RequestHandler Not Found: no handler for request type '{}'",
-                envelope.kind
-            ),
+            // Nacos' words; the request type is in the envelope.
+            message: "RequestHandler Not Found".to_owned(),
         }),
     };
     let outcome = if result.is_ok() { "ok" } else { "error" };
@@ -320,11 +318,7 @@ async fn instance(
                 },
             }
         }
-        _ => {
-            return Err(Failure::invalid(format!(
-                "invalid type: Unsupported request type '{kind}'"
-            )))
-        }
+        _ => return Err(Failure::invalid(format!("Unsupported request type {kind}"))),
     };
     node.propose(op).await?;
     Ok(seal(
@@ -338,9 +332,7 @@ async fn batch(node: &Node, conn: &Conn, envelope: &Envelope) -> Result<Payload,
     let service = request.common.service_key()?;
     let kind = request.kind.unwrap_or_default();
     if kind != "batchRegisterInstance" {
-        return Err(Failure::invalid(format!(
-            "invalid type: Unsupported request type '{kind}'"
-        )));
+        return Err(Failure::invalid(format!("Unsupported request type {kind}")));
     }
     let instances = request
         .instances
@@ -449,10 +441,9 @@ fn service_list(node: &Node, envelope: &Envelope) -> Result<Payload, Failure> {
     let page = node
         .registry()
         .list_services(&namespace, Some(&group), page_no, page_size);
-    let mut response = Response::ok(ServiceList {
+    let response = Response::ok(ServiceList {
         count: page.count,
         service_names: page.items.into_iter().map(|k| k.name.to_string()).collect(),
     });
-    response.message = Some("success".to_owned());
     Ok(seal("ServiceListResponse", &response))
 }

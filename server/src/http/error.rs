@@ -73,7 +73,13 @@ impl ApiError {
             "namespaceId" => ErrorCode::IllegalNamespace,
             _ => ErrorCode::ParameterValidateError,
         };
-        let message = format!("invalid {field}: {}", reason.as_ref());
+        let message = match field.as_ref() {
+            // Nacos' words for a weight out of range (core's check).
+            "weight" if reason.as_ref().starts_with("The weights range") => {
+                format!("instance format invalid: {}", reason.as_ref())
+            }
+            _ => format!("invalid {field}: {}", reason.as_ref()),
+        };
         Self::new(StatusCode::BAD_REQUEST, code, Some(field), message)
     }
 
