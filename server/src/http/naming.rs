@@ -293,19 +293,26 @@ pub(crate) fn detail(node: &Node, p: &Params, api: Api) -> Result<InstanceDetail
     // As Nacos: a cluster holding no instance (or no service at all) is
     // "no ips found", one holding others "no matched ip found!".
     if !instances().any(|i| i.cluster == key.cluster) {
-        return Err(ApiError::not_found(
-            ErrorCode::ResourceNotFound,
-            format!(
-                "no ips found for cluster {} in service {}",
-                key.cluster,
-                service_key.grouped_name()
-            ),
-        ));
+        return Err(no_ips_found(&key.cluster, &service_key));
     }
     let instance = instances()
         .find(|i| i.key() == key)
         .ok_or_else(|| ApiError::not_found(ErrorCode::InstanceNotFound, "no matched ip found!"))?;
     Ok(InstanceDetailV1::new(&service_key, instance))
+}
+
+/// Nacos' answer for a cluster of a service that holds no instance.
+pub(crate) fn no_ips_found(
+    cluster: &understudy_core::ClusterName,
+    service: &understudy_core::ServiceKey,
+) -> ApiError {
+    ApiError::not_found(
+        ErrorCode::ResourceNotFound,
+        format!(
+            "no ips found for cluster {cluster} in service {}",
+            service.grouped_name()
+        ),
+    )
 }
 
 /// Lists a service. A v1 caller that gives a `udpPort` becomes a UDP

@@ -119,14 +119,7 @@ fn named_instance(node: &Node, p: &Params) -> Result<InstanceJson, ApiError> {
     let instances = || service.iter().flat_map(|s| s.instances());
     let in_cluster = instances().any(|i| i.cluster == key.cluster);
     if !in_cluster {
-        return Err(ApiError::not_found(
-            ErrorCode::ResourceNotFound,
-            format!(
-                "no ips found for cluster {} in service {}",
-                key.cluster,
-                service_key.grouped_name()
-            ),
-        ));
+        return Err(shared::no_ips_found(&key.cluster, &service_key));
     }
     let found = instances()
         .find(|i| i.key() == key)
