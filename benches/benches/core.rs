@@ -149,9 +149,6 @@ fn push_encoding(c: &mut Criterion) {
     group.bench_function("one subscriber's push around shared hosts", |b| {
         b.iter(|| {
             let body = NotifySubscriber {
-                namespace: key.namespace.as_str(),
-                service_name: key.name.as_str(),
-                group_name: key.group.as_str(),
                 service_info: ServiceInfoRef::new(&key, NameStyle::Plain, "", &hosts, 1),
             };
             seal(

@@ -236,13 +236,11 @@ pub struct ConnectReset {
     pub connection_id: String,
 }
 
-/// `NotifySubscriberRequest`.
+/// `NotifySubscriberRequest`: the ServiceInfo alone, as Nacos builds it
+/// (its namespace, serviceName and groupName fields stay unset).
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NotifySubscriber<'a> {
-    pub namespace: &'a str,
-    pub service_name: &'a str,
-    pub group_name: &'a str,
     pub service_info: ServiceInfoRef<'a>,
 }
 

@@ -390,9 +390,6 @@ async fn push(node: Node, conn: Arc<Conn>) {
             let hosts = naming::push_hosts(&node, &target);
             let key = target.key;
             let body = NotifySubscriber {
-                namespace: key.namespace.as_str(),
-                service_name: key.name.as_str(),
-                group_name: key.group.as_str(),
                 service_info: ServiceInfoRef::new(
                     key,
                     NameStyle::Plain,
