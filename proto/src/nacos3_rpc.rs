@@ -123,13 +123,28 @@ pub struct NamingFuzzyWatchChange {
 }
 
 /// `ConfigFuzzyWatchChangeNotifyRequest` (its field is `changeType`, not
-/// `changedType`, as in Nacos).
+/// `changedType`, and it has no `syncType`, as in Nacos).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfigFuzzyWatchChange {
     pub group_key: String,
     pub change_type: &'static str,
+}
+
+/// `ConfigFuzzyWatchChangeNotifyRequest`'s `changeType` for a config that
+/// exists after the change: Nacos 3 cannot tell a new one from a changed
+/// one there, so it says `CONFIG_CHANGED` of both.
+pub const CONFIG_CHANGED: &str = "CONFIG_CHANGED";
+
+/// The `ConfigFuzzyWatchSyncRequest` that ends a watch's first sync: Nacos
+/// leaves out its empty `contexts` (its naming twin keeps them).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigFuzzyWatchFinish {
+    pub group_key_pattern: String,
     pub sync_type: &'static str,
+    pub total_batch: usize,
+    pub current_batch: usize,
 }
 
 /// The only lock type Nacos serves.

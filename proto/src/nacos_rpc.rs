@@ -592,6 +592,18 @@ pub struct ConfigContext {
     pub tenant: String,
 }
 
+/// `ConfigChangeNotifyRequest`'s body: the config that changed, with the
+/// tenant as its listener sent it; an empty tenant is left out, as Nacos
+/// leaves out its null one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigChangeNotify {
+    pub data_id: String,
+    pub group: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub tenant: String,
+}
+
 /// `ConfigChangeBatchListenResponse`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]

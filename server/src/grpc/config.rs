@@ -6,14 +6,15 @@
 use understudy_core::{ConfigKey, ConfigSource, ConfigSpec, Error as CoreError, GrayRule, Op};
 use understudy_proto::grpc::Payload;
 use understudy_proto::nacos_rpc::{
-    seal, ConfigBatchListenRequest, ConfigChangedBody, ConfigContext, ConfigPublishRequest,
-    ConfigQueryBody, ConfigQueryRequest, Empty, Envelope, Response, CONFIG_NOT_FOUND,
-    INVALID_PARAM, OVER_THRESHOLD, SERVER_ERROR,
+    seal, ConfigBatchListenRequest, ConfigChangeNotify, ConfigChangedBody, ConfigContext,
+    ConfigPublishRequest, ConfigQueryBody, ConfigQueryRequest, Empty, Envelope, Response,
+    ServerRequest, CONFIG_NOT_FOUND, INVALID_PARAM, OVER_THRESHOLD, SERVER_ERROR,
 };
 use understudy_proto::DecodeError;
 
 use super::conn::Conn;
 use super::kind::Failure;
+use crate::http::config::illegal_name;
 use crate::node::{Node, ProposeError};
 
 /// The tag a request reads gray releases under: its own `tag`, else the
@@ -60,15 +61,60 @@ pub(crate) fn query(node: &Node, conn: &Conn, envelope: &Envelope) -> Result<Pay
     Ok(seal("ConfigQueryResponse", &response))
 }
 
+/// Nacos' words for a failed compare-and-set.
+const CAS_FAILED: &str = "Cas publish fail, server md5 may have changed.";
+
 /// Publish and remove fail in their own response type, as Nacos does.
 fn own_failure(kind: &str, error: ProposeError) -> Payload {
-    let code = match &error {
-        ProposeError::Rejected(CoreError::CasMismatch { .. }) => SERVER_ERROR,
-        ProposeError::Rejected(CoreError::OverLimit { .. }) | ProposeError::Busy => OVER_THRESHOLD,
-        ProposeError::Rejected(_) => INVALID_PARAM,
-        _ => SERVER_ERROR,
+    let (code, message) = match &error {
+        ProposeError::Rejected(CoreError::CasMismatch { .. }) => {
+            (SERVER_ERROR, CAS_FAILED.to_owned())
+        }
+        ProposeError::Rejected(CoreError::OverLimit { .. }) | ProposeError::Busy => {
+            (OVER_THRESHOLD, error.to_string())
+        }
+        ProposeError::Rejected(_) => (INVALID_PARAM, error.to_string()),
+        _ => (SERVER_ERROR, error.to_string()),
     };
-    seal(kind, &Response::failed(code, error.to_string(), Empty {}))
+    seal(kind, &Response::failed(code, message, Empty {}))
+}
+
+/// Why Nacos refuses a publish before it stores anything, in its words:
+/// its parameter filter's for a `dataId` or `group` of illegal characters
+/// or length, then its handler's for a blank `dataId`, `group` or
+/// content (the value written after the colon, `null` when absent).
+fn publish_refusal(request: &ConfigPublishRequest) -> Option<String> {
+    let common = &request.common;
+    for (field, value) in [("dataId", &common.data_id), ("group", &common.group)] {
+        if let Some(problem) = value.as_deref().and_then(|v| illegal_name(field, v)) {
+            return Some(format!("Param check invalid:{problem}"));
+        }
+    }
+    let blank = |v: &Option<String>| v.as_deref().is_none_or(|v| v.trim().is_empty());
+    let written = |v: &Option<String>| v.clone().unwrap_or_else(|| "null".to_owned());
+    if blank(&common.data_id) {
+        Some(format!("invalid dataId : {}", written(&common.data_id)))
+    } else if blank(&common.group) {
+        Some(format!("invalid group : {}", written(&common.group)))
+    } else if blank(&request.content) {
+        Some(format!("content is blank : {}", written(&request.content)))
+    } else {
+        None
+    }
+}
+
+/// The `ConfigChangeNotifyRequest` that tells a listener `key` changed,
+/// naming the tenant as it listened with it.
+pub(crate) fn change_notice(request_id: &str, key: &ConfigKey, tenant: &str) -> Payload {
+    let body = ConfigChangeNotify {
+        data_id: key.data_id.clone(),
+        group: key.group.clone(),
+        tenant: tenant.to_owned(),
+    };
+    seal(
+        "ConfigChangeNotifyRequest",
+        &ServerRequest::new(request_id, "config", body),
+    )
 }
 
 fn invalid(kind: &str, error: DecodeError) -> Payload {
@@ -94,6 +140,12 @@ pub(crate) async fn publish(
 ) -> Result<Payload, Failure> {
     const KIND: &str = "ConfigPublishResponse";
     let request: ConfigPublishRequest = envelope.decode()?;
+    if let Some(message) = publish_refusal(&request) {
+        return Ok(seal(
+            KIND,
+            &Response::failed(INVALID_PARAM, message, Empty {}),
+        ));
+    }
     let key = match request.common.key() {
         Ok(key) => key,
         Err(e) => return Ok(invalid(KIND, e)),
@@ -208,4 +260,40 @@ pub(crate) fn batch_listen(
             changed_configs: changed,
         }),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(json: &str) -> Option<String> {
+        publish_refusal(&serde_json::from_str(json).unwrap())
+    }
+
+    #[test]
+    fn publishes_are_refused_in_nacos_words_and_order() {
+        assert_eq!(refusal(r#"{"dataId":"d","group":"g","content":"x"}"#), None);
+        assert_eq!(
+            refusal(r#"{"dataId":"d","group":"g","content":""}"#).as_deref(),
+            Some("content is blank : ")
+        );
+        assert_eq!(
+            refusal(r#"{"dataId":"d","group":"g"}"#).as_deref(),
+            Some("content is blank : null")
+        );
+        assert_eq!(
+            refusal(r#"{"dataId":"","group":"g","content":""}"#).as_deref(),
+            Some("invalid dataId : "),
+            "the dataId first"
+        );
+        assert_eq!(
+            refusal(r#"{"dataId":"d","content":"x"}"#).as_deref(),
+            Some("invalid group : null")
+        );
+        assert_eq!(
+            refusal(r#"{"dataId":"a b","group":"","content":""}"#).as_deref(),
+            Some("Param check invalid:Param 'dataId' is illegal, illegal characters should not appear in the param."),
+            "the filter before the handler"
+        );
+    }
 }

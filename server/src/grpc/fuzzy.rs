@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use understudy_proto::grpc::Payload;
 use understudy_proto::nacos3_rpc::{
-    ConfigFuzzyWatchChange, ConfigSyncContext, FuzzyWatchRequest, FuzzyWatchSync,
-    NamingFuzzyWatchChange, NamingSyncContext, FINISH_FUZZY_WATCH_INIT_NOTIFY,
-    FUZZY_WATCH_DIFF_SYNC_NOTIFY, FUZZY_WATCH_INIT_NOTIFY,
+    ConfigFuzzyWatchChange, ConfigFuzzyWatchFinish, ConfigSyncContext, FuzzyWatchRequest,
+    FuzzyWatchSync, NamingFuzzyWatchChange, NamingSyncContext, CONFIG_CHANGED,
+    FINISH_FUZZY_WATCH_INIT_NOTIFY, FUZZY_WATCH_DIFF_SYNC_NOTIFY, FUZZY_WATCH_INIT_NOTIFY,
     FUZZY_WATCH_PATTERN_MATCH_COUNT_OVER_LIMIT, FUZZY_WATCH_PATTERN_OVER_LIMIT,
     FUZZY_WATCH_RESOURCE_CHANGED,
 };
@@ -158,6 +158,9 @@ fn naming_payload(conn: &Conn, pattern: String, notice: Notice) -> Payload {
     }
 }
 
+/// A config watch's server request. A change notice says `CONFIG_CHANGED`
+/// of a config that now exists and `DELETE_CONFIG` of one removed (the
+/// syncs say `ADD_CONFIG`), as Nacos 3's `ConfigFuzzyWatchChangeNotifier`.
 fn config_payload(conn: &Conn, pattern: String, notice: Notice) -> Payload {
     let changed = |added: bool| if added { "ADD_CONFIG" } else { "DELETE_CONFIG" };
     let request_id = conn.next_request_id();
@@ -169,8 +172,24 @@ fn config_payload(conn: &Conn, pattern: String, notice: Notice) -> Payload {
                 "config",
                 ConfigFuzzyWatchChange {
                     group_key,
-                    change_type: changed(added),
-                    sync_type: FUZZY_WATCH_RESOURCE_CHANGED,
+                    change_type: if added {
+                        CONFIG_CHANGED
+                    } else {
+                        changed(false)
+                    },
+                },
+            ),
+        ),
+        Notice::Finished => seal(
+            "ConfigFuzzyWatchSyncRequest",
+            &ServerRequest::new(
+                request_id,
+                "config",
+                ConfigFuzzyWatchFinish {
+                    group_key_pattern: pattern,
+                    sync_type: FINISH_FUZZY_WATCH_INIT_NOTIFY,
+                    total_batch: 0,
+                    current_batch: 0,
                 },
             ),
         ),

@@ -27,8 +27,8 @@ use understudy_proto::grpc::Payload;
 use understudy_proto::nacos::{NameStyle, ServiceInfoRef};
 use understudy_proto::nacos3_rpc::ability;
 use understudy_proto::nacos_rpc::{
-    error_response, seal, ClientAck, ConfigContext, ConnectionSetup, Envelope, NotifySubscriber,
-    ServerRequest, SetupAck, OVER_THRESHOLD, SERVER_ERROR,
+    error_response, seal, ClientAck, ConnectionSetup, Envelope, NotifySubscriber, ServerRequest,
+    SetupAck, OVER_THRESHOLD, SERVER_ERROR,
 };
 
 use self::conn::{Conn, ConnInfo, Conns, Outbound};
@@ -405,15 +405,7 @@ async fn push(node: Node, conn: Arc<Conn>) {
         });
         pushes.extend(listener.due_pushes(now, |request_id, target| {
             retries += u64::from(target.retry);
-            let body = ConfigContext {
-                data_id: target.key.data_id.clone(),
-                group: target.key.group.clone(),
-                tenant: target.clusters_raw.to_owned(),
-            };
-            seal(
-                "ConfigChangeNotifyRequest",
-                &ServerRequest::new(request_id, "config", body),
-            )
+            config::change_notice(request_id, target.key, target.clusters_raw)
         }));
         if retries > 0 {
             metrics::counter!("understudy_push_retries_total").increment(retries);

@@ -6,18 +6,20 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, UNIX_EPOCH};
 
-use axum::extract::State;
+use axum::extract::{OriginalUri, State};
+use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use serde::Serialize;
 use std::sync::Arc;
 use tokio::sync::broadcast::error::RecvError;
 
-use understudy_core::{ConfigItem, ConfigKey, ConfigSpec, GrayRule, Op};
+use understudy_core::{ConfigItem, ConfigKey, ConfigSpec, GrayRule, Millis, NamespaceId, Op};
 use understudy_proto::nacos::{ErrorCode, NacosResult};
 
 use super::caller::Caller;
-use super::error::{v1_true, v2_true, ApiError};
+use super::error::{plain, v2_true, ApiError};
 use super::params::Params;
 use crate::node::Node;
 
@@ -61,6 +63,95 @@ pub(crate) fn key(p: &Params, api: Api) -> Result<ConfigKey, ApiError> {
     })
 }
 
+/// The content type Nacos gives every v1 config answer but a config's
+/// content and the exception handler's 500s, and the v2 read's success.
+pub(crate) const JSON_UTF8: &str = "application/json;charset=UTF-8";
+
+/// `response` with `content_type` instead of its own.
+pub(crate) fn typed(mut response: Response, content_type: &'static str) -> Response {
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+/// A v1 config refusal: the plain text, under Nacos' JSON content type.
+pub(crate) fn v1_refusal(error: ApiError) -> Response {
+    typed(error.v1(), JSON_UTF8)
+}
+
+/// v1's bare `true`, as Nacos' config controller writes it.
+fn v1_true(result: Result<(), ApiError>) -> Response {
+    match result {
+        Ok(()) => typed(Json(true).into_response(), JSON_UTF8),
+        Err(e) => v1_refusal(e),
+    }
+}
+
+/// Nacos' parameter filter's refusal of a non-empty `dataId` (at most 256
+/// characters) or `group` (128) that is too long or holds other
+/// characters than letters, digits and `-_:.` (an empty one it lets
+/// through to the handler).
+pub(crate) fn illegal_name(field: &str, value: &str) -> Option<String> {
+    let max = match field {
+        "dataId" => 256,
+        "group" => 128,
+        _ => return None,
+    };
+    let problem = if value.is_empty() {
+        return None;
+    } else if value.chars().count() > max {
+        format!("the param length should not exceed {max}.")
+    } else if !value
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | ':' | '.'))
+    {
+        "illegal characters should not appear in the param.".to_owned()
+    } else {
+        return None;
+    };
+    Some(format!("Param '{field}' is illegal, {problem}"))
+}
+
+/// What Nacos checks before a v1 config handler runs, in its order: its
+/// parameter filter (a non-empty `dataId` or `group` of other characters
+/// than letters, digits and `-_:.`, or too long, answers 400 with its
+/// line), then Spring's required parameters (`required`, absent: 400 with
+/// Spring's error body, as Nacos 3 answers; Nacos 2 answers 500). A blank
+/// one is refused by the handler. `None` lets the request through.
+fn v1_refused(node: &Node, p: &Params, required: &[&'static str], path: &str) -> Option<Response> {
+    for field in ["dataId", "group"] {
+        if let Some(problem) = p.raw(field).and_then(|v| illegal_name(field, v)) {
+            // The filter writes its line with a CRLF.
+            return Some(typed(
+                (StatusCode::BAD_REQUEST, format!("{problem}\r\n")).into_response(),
+                JSON_UTF8,
+            ));
+        }
+    }
+    let missing = required.iter().find(|field| p.raw(field).is_none())?;
+    Some(spring_missing(node.now(), missing, path))
+}
+
+/// Spring's answer to a missing required parameter, as Nacos 3 gives it.
+fn spring_missing(now: Millis, field: &str, path: &str) -> Response {
+    let at = UNIX_EPOCH + Duration::from_millis(now);
+    let timestamp = humantime::format_rfc3339_millis(at)
+        .to_string()
+        .replace('Z', "+00:00");
+    let body = serde_json::json!({
+        "timestamp": timestamp,
+        "status": 400,
+        "error": "Bad Request",
+        "message": format!("Required parameter '{field}' is not present."),
+        "path": path,
+    });
+    typed(
+        (StatusCode::BAD_REQUEST, Json(body)).into_response(),
+        JSON_UTF8,
+    )
+}
+
 pub(crate) fn content_type(kind: &str) -> &'static str {
     match kind {
         "json" => "application/json;charset=UTF-8",
@@ -88,11 +179,28 @@ pub(crate) fn read_for(
     Ok(node.config_for(&key, &caller.ip, p.get("tag").map(str::trim)))
 }
 
-pub(crate) async fn get_v1(State(node): State<Node>, caller: Caller, params: Input) -> Response {
-    let found = params.and_then(|p| read_for(&node, &p, Api::V1, &caller));
-    match found {
-        Err(e) => e.v1(),
-        Ok(None) => (StatusCode::NOT_FOUND, "config data not exist\n").into_response(),
+pub(crate) async fn get_v1(
+    State(node): State<Node>,
+    caller: Caller,
+    OriginalUri(uri): OriginalUri,
+    params: Input,
+) -> Response {
+    let p = match params {
+        Ok(p) => p,
+        Err(e) => return v1_refusal(e),
+    };
+    if let Some(refused) = v1_refused(&node, &p, &["dataId", "group"], uri.path()) {
+        return refused;
+    }
+    if p.raw("show") == Some("all") {
+        return detail_v1(&node, &p);
+    }
+    match read_for(&node, &p, Api::V1, &caller) {
+        Err(e) => v1_refusal(e),
+        Ok(None) => typed(
+            (StatusCode::NOT_FOUND, "config data not exist\n").into_response(),
+            JSON_UTF8,
+        ),
         Ok(Some((item, gray))) => {
             let mut headers = HeaderMap::new();
             let mut set = |name: &'static str, value: &str| {
@@ -121,12 +229,108 @@ pub(crate) async fn get_v1(State(node): State<Node>, caller: Caller, params: Inp
     }
 }
 
+/// A config as Nacos' `ConfigAllInfo` (`GET /v1/cs/configs?show=all`):
+/// what is not set is `null`, the id a string, the default namespace `""`
+/// (as Nacos 2 writes it; Nacos 3 writes `public`).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ConfigAllInfo {
+    id: String,
+    data_id: String,
+    group: String,
+    content: String,
+    md5: String,
+    encrypted_data_key: String,
+    tenant: String,
+    app_name: String,
+    #[serde(rename = "type")]
+    kind: String,
+    create_time: u64,
+    modify_time: u64,
+    create_user: Option<String>,
+    create_ip: String,
+    desc: Option<String>,
+    #[serde(rename = "use")]
+    usage: Option<String>,
+    effect: Option<String>,
+    schema: Option<String>,
+    config_tags: Option<String>,
+}
+
+/// Nacos 2.x names the default namespace `""` in config bodies.
+pub(crate) fn tenant(namespace: &NamespaceId) -> String {
+    if namespace.is_public() {
+        String::new()
+    } else {
+        namespace.to_string()
+    }
+}
+
+/// `Some` of a set value, `None` of an empty one.
+pub(crate) fn set(value: &str) -> Option<String> {
+    (!value.is_empty()).then(|| value.to_owned())
+}
+
+/// `GET /v1/cs/configs?show=all`: the formal config's detail; a config
+/// that does not exist answers 200 with no body, as Nacos' null does.
+fn detail_v1(node: &Node, p: &Params) -> Response {
+    let key = match key(p, Api::V1) {
+        Ok(key) => key,
+        Err(e) => return v1_refusal(e),
+    };
+    let Some(item) = node.formal_config(&key) else {
+        return typed(StatusCode::OK.into_response(), JSON_UTF8);
+    };
+    let detail = ConfigAllInfo {
+        id: item.id.to_string(),
+        data_id: key.data_id.clone(),
+        group: key.group.clone(),
+        content: item.content.clone(),
+        md5: item.md5.clone(),
+        encrypted_data_key: item.encrypted_data_key.clone(),
+        tenant: tenant(&key.namespace),
+        app_name: item.app_name.clone(),
+        kind: item.kind.clone(),
+        create_time: item.created,
+        modify_time: item.last_modified,
+        create_user: set(&item.created_by.user),
+        create_ip: item.created_by.ip.clone(),
+        desc: set(&item.desc),
+        usage: None,
+        effect: None,
+        schema: None,
+        config_tags: set(&item.tags),
+    };
+    typed(Json(detail).into_response(), JSON_UTF8)
+}
+
+/// `GET /nacos/v2/cs/config`. Its success carries Nacos' JSON content
+/// type with the charset, its 404 none at all (Nacos writes that body
+/// itself), and a missing `dataId` or `group` reads as Spring words it.
 pub(crate) async fn get_v2(State(node): State<Node>, caller: Caller, params: Input) -> Response {
-    let found = params.and_then(|p| read_for(&node, &p, Api::V2, &caller));
+    let found = params.and_then(|p| {
+        if let Some(field) = ["dataId", "group"].into_iter().find(|f| p.raw(f).is_none()) {
+            return Err(ApiError::bad_request(
+                ErrorCode::ParameterMissing,
+                format!(
+                    "Required request parameter '{field}' for method parameter type String is not present"
+                ),
+            ));
+        }
+        read_for(&node, &p, Api::V2, &caller)
+    });
     match found {
         Err(e) => e.v2(),
-        Ok(None) => ApiError::not_found(ErrorCode::ResourceNotFound, "config data not exist").v2(),
-        Ok(Some((item, _))) => Json(NacosResult::success(item.content.clone())).into_response(),
+        Ok(None) => {
+            let mut response =
+                ApiError::not_found(ErrorCode::ResourceNotFound, "config data not exist").v2();
+            response.headers_mut().remove(CONTENT_TYPE);
+            response
+        }
+        Ok(Some((item, _))) => typed(
+            Json(NacosResult::success(item.content.clone())).into_response(),
+            JSON_UTF8,
+        ),
     }
 }
 
@@ -189,13 +393,31 @@ pub(crate) async fn remove(
     Ok(())
 }
 
+/// Nacos 2's answer to a v1 publish whose `casMd5` is not the config's
+/// (its exception handler's 500; Nacos 3 answers `false`).
+const CAS_FAILED_V1: &str = "caused: Cas publish fail, server md5 may have changed.;";
+
 pub(crate) async fn publish_v1(
     State(node): State<Node>,
     caller: Caller,
+    OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
     params: Input,
 ) -> Response {
-    v1_true(async { publish(&node, &params?, &headers, Api::V1, &caller).await }.await)
+    let p = match params {
+        Ok(p) => p,
+        Err(e) => return v1_refusal(e),
+    };
+    if let Some(refused) = v1_refused(&node, &p, &["dataId", "group", "content"], uri.path()) {
+        return refused;
+    }
+    match publish(&node, &p, &headers, Api::V1, &caller).await {
+        // Only a failed compare-and-set conflicts on a config publish.
+        Err(e) if e.status() == StatusCode::CONFLICT => {
+            (StatusCode::INTERNAL_SERVER_ERROR, plain(CAS_FAILED_V1)).into_response()
+        }
+        result => v1_true(result),
+    }
 }
 
 pub(crate) async fn publish_v2(
@@ -207,8 +429,20 @@ pub(crate) async fn publish_v2(
     v2_true(async { publish(&node, &params?, &headers, Api::V2, &caller).await }.await)
 }
 
-pub(crate) async fn remove_v1(State(node): State<Node>, caller: Caller, params: Input) -> Response {
-    v1_true(async { remove(&node, &params?, Api::V1, &caller).await }.await)
+pub(crate) async fn remove_v1(
+    State(node): State<Node>,
+    caller: Caller,
+    OriginalUri(uri): OriginalUri,
+    params: Input,
+) -> Response {
+    let p = match params {
+        Ok(p) => p,
+        Err(e) => return v1_refusal(e),
+    };
+    if let Some(refused) = v1_refused(&node, &p, &["dataId", "group"], uri.path()) {
+        return refused;
+    }
+    v1_true(remove(&node, &p, Api::V1, &caller).await)
 }
 
 pub(crate) async fn remove_v2(State(node): State<Node>, caller: Caller, params: Input) -> Response {
@@ -307,7 +541,7 @@ fn answer(changed: &[&Listening]) -> Response {
         "cache-control",
         HeaderValue::from_static("no-cache,no-store"),
     );
-    (headers, format!("{encoded}\n")).into_response()
+    typed((headers, format!("{encoded}\n")).into_response(), JSON_UTF8)
 }
 
 /// `POST /nacos/v1/cs/configs/listener`.
@@ -319,11 +553,11 @@ pub(crate) async fn listen(
 ) -> Response {
     let p = match params {
         Ok(p) => p,
-        Err(e) => return e.v1(),
+        Err(e) => return v1_refusal(e),
     };
     let records = match p.required("Listening-Configs").and_then(parse_listening) {
         Ok(records) => records,
-        Err(e) => return e.v1(),
+        Err(e) => return v1_refusal(e),
     };
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     // Subscribe before comparing, so a change in between is not missed.
@@ -361,5 +595,26 @@ pub(crate) async fn listen(
                 return answer(&now_changed);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_parameter_filter_words_names_as_nacos() {
+        assert_eq!(illegal_name("dataId", "app.yaml:1_a-b"), None);
+        assert_eq!(illegal_name("dataId", ""), None, "left to the handler");
+        assert_eq!(
+            illegal_name("dataId", "cs bad").as_deref(),
+            Some("Param 'dataId' is illegal, illegal characters should not appear in the param.")
+        );
+        assert_eq!(
+            illegal_name("group", &"g".repeat(129)).as_deref(),
+            Some("Param 'group' is illegal, the param length should not exceed 128.")
+        );
+        assert_eq!(illegal_name("group", &"g".repeat(128)), None);
+        assert_eq!(illegal_name("tenant", "a b"), None, "not the filter's");
     }
 }

@@ -14,7 +14,7 @@ use understudy_core::{ConfigKey, HistoryEntry, NamespaceId};
 use understudy_proto::nacos::ErrorCode;
 use understudy_proto::nacos3::Page;
 
-use super::config::{key, Api};
+use super::config::{key, set, tenant, typed, v1_refusal, Api, JSON_UTF8};
 use super::error::ApiError;
 use super::params::Params;
 use crate::node::Node;
@@ -75,7 +75,10 @@ pub(crate) fn id_param(p: &Params, name: &'static str) -> Result<u64, ApiError> 
         .ok_or_else(|| ApiError::missing(name))
 }
 
-/// A history entry as Nacos 2.x's `ConfigHistoryInfo`.
+/// A history entry as Nacos 2.x's `ConfigHistoryInfo`. A list (`detail`
+/// false) carries no content, md5 or key, as Nacos' list query reads none;
+/// what is not set is `null`; `opType` is padded to its column's 10
+/// characters, as Nacos' embedded database gives it back.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct HistoryV1 {
@@ -85,19 +88,23 @@ struct HistoryV1 {
     group: String,
     tenant: String,
     app_name: String,
-    md5: String,
-    content: String,
+    md5: Option<String>,
+    content: Option<String>,
     src_ip: String,
-    src_user: String,
-    op_type: &'static str,
+    src_user: Option<String>,
+    op_type: String,
+    publish_type: &'static str,
+    gray_name: String,
+    ext_info: String,
     created_time: u64,
     last_modified_time: u64,
-    encrypted_data_key: String,
+    encrypted_data_key: Option<String>,
 }
 
 impl HistoryV1 {
-    fn new(entry: &HistoryEntry) -> Self {
+    fn new(entry: &HistoryEntry, detail: bool) -> Self {
         let item = &entry.item;
+        let detailed = |value: &str| detail.then(|| value.to_owned());
         Self {
             id: entry.nid,
             last_id: -1,
@@ -105,29 +112,66 @@ impl HistoryV1 {
             group: entry.key.group.clone(),
             tenant: tenant(&entry.key.namespace),
             app_name: item.app_name.clone(),
-            md5: item.md5.clone(),
-            content: item.content.clone(),
+            md5: detailed(&item.md5),
+            content: detailed(&item.content),
             src_ip: entry.source.ip.clone(),
-            src_user: entry.source.user.clone(),
-            op_type: entry.op.letter(),
+            src_user: set(&entry.source.user),
+            op_type: format!("{:<10}", entry.op.letter()),
+            publish_type: if entry.gray_name.is_empty() {
+                "formal"
+            } else {
+                "gray"
+            },
+            gray_name: entry.gray_name.clone(),
+            ext_info: ext_info(entry),
             created_time: entry.at,
             last_modified_time: entry.at,
-            encrypted_data_key: item.encrypted_data_key.clone(),
+            encrypted_data_key: detailed(&item.encrypted_data_key),
         }
     }
 }
 
-/// Nacos 2.x names the default namespace `""` in config bodies.
-fn tenant(namespace: &NamespaceId) -> String {
-    if namespace.is_public() {
-        String::new()
+/// An entry's `extInfo`, as Nacos' `ConfigExtInfoUtil` writes it: the
+/// recorded config's type, tags, creator and description (those set), or
+/// a gray release's name and publisher.
+fn ext_info(entry: &HistoryEntry) -> String {
+    let item = &entry.item;
+    let fields: [(&str, &str); 4] = if entry.gray_name.is_empty() {
+        [
+            ("type", &item.kind),
+            ("config_tags", &item.tags),
+            ("src_user", &item.created_by.user),
+            ("c_desc", &item.desc),
+        ]
     } else {
-        namespace.to_string()
-    }
+        [
+            ("gray_name", &entry.gray_name),
+            ("src_user", &entry.source.user),
+            ("", ""),
+            ("", ""),
+        ]
+    };
+    // Written by hand to keep Nacos' order of the fields.
+    let written: Vec<String> = fields
+        .iter()
+        .filter(|(_, value)| !value.trim().is_empty())
+        .map(|(name, value)| {
+            format!(
+                "{}:{}",
+                serde_json::Value::from(*name),
+                serde_json::Value::from(*value)
+            )
+        })
+        .collect();
+    format!("{{{}}}", written.join(","))
 }
 
+/// A v1 history answer: JSON, or the refusal, under Nacos' content type.
 fn json<T: Serialize>(result: Result<T, ApiError>) -> Response {
-    result.map_or_else(ApiError::v1, |body| Json(body).into_response())
+    match result {
+        Ok(body) => typed(Json(body).into_response(), JSON_UTF8),
+        Err(e) => v1_refusal(e),
+    }
 }
 
 /// `GET /nacos/v1/cs/history`: with `nid`, one entry; else
@@ -135,13 +179,13 @@ fn json<T: Serialize>(result: Result<T, ApiError>) -> Response {
 pub(crate) async fn v1(State(node): State<Node>, params: Input) -> Response {
     let p = match params {
         Ok(p) => p,
-        Err(e) => return e.v1(),
+        Err(e) => return v1_refusal(e),
     };
     if p.get("nid").is_some() {
         return json(
             id_param(&p, "nid")
                 .and_then(|nid| entry(&node, nid, &key(&p, Api::V1)?))
-                .map(|e| HistoryV1::new(&e)),
+                .map(|e| HistoryV1::new(&e, true)),
         );
     }
     json((|| {
@@ -149,7 +193,11 @@ pub(crate) async fn v1(State(node): State<Node>, params: Input) -> Response {
         let page_no = p.number::<u64>("pageNo")?.unwrap_or(1).max(1);
         let page_size = p.number::<u64>("pageSize")?.unwrap_or(100).clamp(1, 500);
         let page = page_of(&node, &key, page_no, page_size);
-        let items = page.page_items.iter().map(|e| HistoryV1::new(e)).collect();
+        let items = page
+            .page_items
+            .iter()
+            .map(|e| HistoryV1::new(e, false))
+            .collect();
         Ok(Page::of(page.total_count, page_no, page_size, items))
     })())
 }
@@ -159,7 +207,7 @@ pub(crate) async fn v1(State(node): State<Node>, params: Input) -> Response {
 pub(crate) async fn v1_previous(State(node): State<Node>, params: Input) -> Response {
     json(params.and_then(|p| {
         let id = id_param(&p, "id")?;
-        previous(&node, id, &key(&p, Api::V1)?).map(|e| HistoryV1::new(&e))
+        previous(&node, id, &key(&p, Api::V1)?).map(|e| HistoryV1::new(&e, true))
     }))
 }
 

@@ -271,11 +271,26 @@ async fn a_config_fuzzy_watch_sees_matching_configs_appear_and_go() -> anyhow::R
     assert_eq!(
         changes,
         vec![
-            "ADD_CONFIG app-b+DEFAULT_GROUP+public",
+            "CONFIG_CHANGED app-b+DEFAULT_GROUP+public",
             "DELETE_CONFIG app-a+DEFAULT_GROUP+public"
         ],
         "one notice per membership change, none for web-b or a new content"
     );
+    // As Nacos 3: no `syncType` on a notice, no empty `contexts` at the
+    // end of the first sync.
+    for (kind, body) in &notices {
+        match kind.as_str() {
+            "ConfigFuzzyWatchChangeNotifyRequest" => {
+                assert!(body.get("syncType").is_none(), "{body}");
+            }
+            "ConfigFuzzyWatchSyncRequest"
+                if body["syncType"] == "FINISH_FUZZY_WATCH_INIT_NOTIFY" =>
+            {
+                assert!(body.get("contexts").is_none(), "{body}");
+            }
+            _ => {}
+        }
+    }
     Ok(())
 }
 

@@ -557,11 +557,14 @@ async fn the_admin_plane_reads_publishes_lists_and_removes_configs() -> anyhow::
     let server = Server::start(Settings::default()).await?;
     let config = "/nacos/v3/admin/cs/config";
     let key = [("dataId", "app.yaml"), ("groupName", "shop")];
-    refused(
-        call(&server, Method::GET, "/nacos/v3/client/cs/config", &key).await,
-        StatusCode::OK,
-        20004,
-        "app.yaml",
+    // Not found: HTTP 200, code 20004 and no data, as Nacos 3 answers.
+    let (status, absent) = call(&server, Method::GET, "/nacos/v3/client/cs/config", &key).await;
+    assert_eq!(
+        (status, absent),
+        (
+            StatusCode::OK,
+            json!({"code":20004,"message":"resource not found","data":null})
+        )
     );
     let mut publish = key.to_vec();
     publish.extend([
@@ -587,6 +590,12 @@ async fn the_admin_plane_reads_publishes_lists_and_removes_configs() -> anyhow::
     assert_eq!(client["content"], "port: 80");
     assert_eq!(client["contentType"], "yaml");
     assert_eq!(client["md5"].as_str().map(str::len), Some(32));
+    // Nacos 3 hands back its gRPC response, response fields and all.
+    assert_eq!(
+        (&client["resultCode"], &client["success"], &client["tag"]),
+        (&json!(200), &json!(true), &Value::Null),
+        "{client}"
+    );
     let detail = data(call(&server, Method::GET, config, &key).await);
     assert_eq!(detail["content"], "port: 80");
     assert_eq!(detail["namespaceId"], "public");
@@ -676,7 +685,7 @@ async fn the_admin_plane_reads_publishes_lists_and_removes_configs() -> anyhow::
         call(&server, Method::GET, config, &key).await,
         StatusCode::NOT_FOUND,
         20004,
-        "app.yaml",
+        "Config not exist, please publish Config first.",
     );
     server.stop().await
 }
@@ -980,8 +989,15 @@ async fn config_history_is_kept_listed_read_and_rolled_back() -> anyhow::Result<
     .json()
     .await?;
     assert_eq!(v1["totalCount"], 4, "{v1}");
-    assert_eq!(v1["pageItems"][0]["opType"], "U");
-    assert_eq!(v1["pageItems"][0]["content"], "v: 3");
+    // As Nacos 2 lists them: the operation padded to its column, no
+    // content, the type in `extInfo`.
+    assert_eq!(v1["pageItems"][0]["opType"], "U         ");
+    assert_eq!(v1["pageItems"][0]["content"], Value::Null);
+    assert_eq!(v1["pageItems"][0]["publishType"], "formal");
+    assert_eq!(
+        v1["pageItems"][0]["extInfo"],
+        r#"{"type":"text","src_user":"alice"}"#
+    );
     let one: Value = reqwest::get(server.url(&format!(
         "/nacos/v1/cs/history?nid={first_update}&dataId=app.yaml&group=shop"
     )))
@@ -1017,7 +1033,7 @@ async fn config_history_is_kept_listed_read_and_rolled_back() -> anyhow::Result<
         call(&server, Method::GET, config, &key).await,
         StatusCode::NOT_FOUND,
         20004,
-        "app.yaml",
+        "Config not exist, please publish Config first.",
     );
     let page = data(call(&server, Method::GET, &format!("{history}/list"), &key).await);
     assert_eq!(page["pageItems"][0]["opType"], "D", "{page}");

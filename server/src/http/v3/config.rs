@@ -7,11 +7,12 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get};
+use axum::Json;
 use serde::Serialize;
 use understudy_core::{ConfigItem, ConfigKey, GrayRule, HistoryEntry, NamespaceId, Op};
-use understudy_proto::nacos::ErrorCode;
+use understudy_proto::nacos::{ErrorCode, NacosResult};
 use understudy_proto::nacos3::Page;
 
 use super::super::caller::Caller;
@@ -48,11 +49,12 @@ fn existing(node: &Node, p: &Params) -> Result<(ConfigKey, Arc<ConfigItem>), Api
     let key = shared::key(p, Api::V3)?;
     let item = node
         .formal_config(&key)
-        .ok_or_else(|| ApiError::not_found(ErrorCode::ResourceNotFound, not_found_text(&key)))?;
+        .ok_or_else(|| ApiError::not_found(ErrorCode::ResourceNotFound, NOT_FOUND))?;
     Ok((key, item))
 }
 
-/// What `GET /v3/client/cs/config` answers.
+/// What `GET /v3/client/cs/config` answers: Nacos 3 hands back its gRPC
+/// `ConfigQueryResponse`, response fields and all.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct ClientConfig {
@@ -62,39 +64,57 @@ struct ClientConfig {
     md5: String,
     last_modified: u64,
     beta: bool,
+    tag: Option<String>,
+    result_code: u32,
+    error_code: u32,
+    success: bool,
+    message: Option<String>,
+    request_id: Option<String>,
 }
 
 /// `GET /v3/client/cs/config`: what the caller gets (a beta release
 /// whose addresses include the caller's, else the formal content; tag
 /// releases are not read over HTTP, as in Nacos). A config that does not
-/// exist answers HTTP 200 with code 20004, as Nacos does.
+/// exist answers HTTP 200 with code 20004 and no data, as Nacos does.
 async fn client_get(State(node): State<Node>, caller: Caller, params: Input) -> Response {
-    reply(params.and_then(|p| {
+    let found = params.and_then(|p| {
         let key = shared::key(&p, Api::V3)?;
-        let found = node
-            .config_for(&key, &caller.ip, None)
-            .map(|(item, gray)| (item, gray.is_some()));
-        let (item, beta) = found.ok_or_else(|| {
-            ApiError::not_found(ErrorCode::ResourceNotFound, not_found_text(&key))
-                .with_status(axum::http::StatusCode::OK)
-        })?;
-        Ok(ClientConfig {
-            content: item.content.clone(),
-            encrypted_data_key: item.encrypted_data_key.clone(),
-            content_type: item.kind.clone(),
-            md5: item.md5.clone(),
-            last_modified: item.last_modified,
-            beta,
-        })
+        Ok(node.config_for(&key, &caller.ip, None))
+    });
+    let (item, gray) = match found {
+        Err(e) => return reply::<()>(Err(e)),
+        Ok(None) => {
+            let code = ErrorCode::ResourceNotFound;
+            return Json(NacosResult {
+                code: code.code(),
+                message: code.message().to_owned(),
+                data: (),
+            })
+            .into_response();
+        }
+        Ok(Some(found)) => found,
+    };
+    reply(Ok(ClientConfig {
+        content: item.content.clone(),
+        encrypted_data_key: item.encrypted_data_key.clone(),
+        content_type: item.kind.clone(),
+        md5: item.md5.clone(),
+        last_modified: item.last_modified,
+        beta: matches!(gray, Some(GrayRule::Beta { .. })),
+        tag: match gray {
+            Some(GrayRule::Tag { tag }) => Some(tag),
+            _ => None,
+        },
+        result_code: 200,
+        error_code: 0,
+        success: true,
+        message: None,
+        request_id: None,
     }))
 }
 
-fn not_found_text(key: &ConfigKey) -> String {
-    format!(
-        "config dataId={} groupName={} namespaceId={} does not exist",
-        key.data_id, key.group, key.namespace
-    )
-}
+/// Nacos' answer to an admin read of a config that does not exist.
+const NOT_FOUND: &str = "Config not exist, please publish Config first.";
 
 /// A gray release as Nacos' `ConfigGrayInfo`: the detail, its name and
 /// its rule.
@@ -167,16 +187,17 @@ struct ConfigInfo {
     history: Option<History>,
 }
 
-/// What a detail adds to the basic info.
+/// What a detail adds to the basic info; a creator or tags not set are
+/// `null`, as Nacos reads them from its database.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Detail {
     content: String,
     desc: String,
     encrypted_data_key: String,
-    create_user: String,
+    create_user: Option<String>,
     create_ip: String,
-    config_tags: String,
+    config_tags: Option<String>,
 }
 
 /// What a history entry adds.
@@ -206,9 +227,9 @@ impl ConfigInfo {
                 content: item.content.clone(),
                 desc: item.desc.clone(),
                 encrypted_data_key: item.encrypted_data_key.clone(),
-                create_user: item.created_by.user.clone(),
+                create_user: shared::set(&item.created_by.user),
                 create_ip: item.created_by.ip.clone(),
-                config_tags: item.tags.clone(),
+                config_tags: shared::set(&item.tags),
             }),
             history: None,
         }
