@@ -51,6 +51,7 @@ async fn every_mode_runs_against_understudy() -> anyhow::Result<()> {
         watched: Watched::new(vec![std::process::id()]),
         echo: false,
         compact: Some("/understudy/v1/raft/compact".into()),
+        jvm: None,
     };
     every_mode(&target).await?;
     server.stop().await
@@ -66,6 +67,7 @@ async fn the_ceilings_answer_every_shape() -> anyhow::Result<()> {
         watched: Watched::new(vec![std::process::id()]),
         echo: true,
         compact: None,
+        jvm: None,
     };
     let serving = tokio::spawn(load::ceiling::serve(grpc, http, false));
     for run in [

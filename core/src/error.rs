@@ -67,7 +67,7 @@ pub enum Error {
         port: u16,
     },
     /// The namespace exists already (explicit creation).
-    #[error("namespace {namespace} already exists")]
+    #[error("namespaceId [{namespace}] already exist.")]
     NamespaceExists {
         /// Namespace id.
         namespace: String,

@@ -33,7 +33,10 @@ pub struct InstanceJson {
     pub instance_heart_beat_interval: u64,
     pub instance_heart_beat_time_out: u64,
     pub ip_delete_timeout: u64,
-    pub instance_id_generator: String,
+    /// Nacos' getter: "simple" while the metadata is empty, else the
+    /// metadata's `instanceIdGenerator`, left out when it has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_id_generator: Option<String>,
 }
 
 impl InstanceJson {
@@ -53,7 +56,7 @@ impl InstanceJson {
             instance_heart_beat_interval: instance.timeouts.beat_interval,
             instance_heart_beat_time_out: instance.timeouts.unhealthy_after,
             ip_delete_timeout: instance.timeouts.delete_after,
-            instance_id_generator: "simple".to_owned(),
+            instance_id_generator: instance_id_generator(&instance.metadata),
         }
     }
 
@@ -62,6 +65,14 @@ impl InstanceJson {
         self.instance_id.clear();
         self
     }
+}
+
+/// The id generator Nacos' `Instance.getInstanceIdGenerator` reports.
+fn instance_id_generator(metadata: &Metadata) -> Option<String> {
+    if metadata.is_empty() {
+        return Some("simple".to_owned());
+    }
+    metadata.get("instanceIdGenerator").map(str::to_owned)
 }
 
 /// The object clients cache and receive: a service's selected instances.
@@ -704,8 +715,9 @@ pub struct NamespaceJson {
     pub kind: u8,
 }
 
-impl From<&understudy_core::NamespaceSummary> for NamespaceJson {
-    fn from(summary: &understudy_core::NamespaceSummary) -> Self {
+impl NamespaceJson {
+    /// Renders a namespace holding `config_count` configs.
+    pub fn new(summary: &understudy_core::NamespaceSummary, config_count: usize) -> Self {
         let default = summary.id.is_public();
         Self {
             namespace: if default {
@@ -716,7 +728,7 @@ impl From<&understudy_core::NamespaceSummary> for NamespaceJson {
             namespace_show_name: summary.info.name.clone(),
             namespace_desc: summary.info.description.clone(),
             quota: 200,
-            config_count: 0,
+            config_count: config_count as u64,
             kind: if default { 0 } else { 2 },
         }
     }

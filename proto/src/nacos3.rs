@@ -109,3 +109,33 @@ mod tests {
         );
     }
 }
+
+/// A service's detail in Nacos 3's admin API (its `ServiceDetailInfo`):
+/// the v2 detail, its namespace named `namespaceId`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceDetailV3 {
+    pub namespace_id: String,
+    pub service_name: String,
+    pub group_name: String,
+    pub cluster_map: std::collections::BTreeMap<String, crate::nacos::ClusterJson>,
+    pub metadata: understudy_core::Metadata,
+    pub protect_threshold: f32,
+    pub selector: crate::nacos::SelectorJson,
+    pub ephemeral: bool,
+}
+
+impl From<crate::nacos::ServiceDetailV2> for ServiceDetailV3 {
+    fn from(v2: crate::nacos::ServiceDetailV2) -> Self {
+        Self {
+            namespace_id: v2.namespace,
+            service_name: v2.service_name,
+            group_name: v2.group_name,
+            cluster_map: v2.cluster_map,
+            metadata: v2.metadata,
+            protect_threshold: v2.protect_threshold,
+            selector: v2.selector,
+            ephemeral: v2.ephemeral,
+        }
+    }
+}

@@ -305,6 +305,55 @@ impl From<understudy_core::Error> for DecodeError {
     }
 }
 
+/// Nacos' parameter check's words for a port out of range.
+pub const PORT_ILLEGAL: &str = "Param 'port' is illegal, the value should be between 0 and 65535.";
+
+/// Nacos' parameter check of one cluster name (blank passes: it means the
+/// default cluster): at most 64 letters, digits, '-' and '_'. Its words
+/// when the name fails.
+pub fn cluster_param_check(raw: &str) -> Option<&'static str> {
+    if raw.trim().is_empty() {
+        None
+    } else if raw.chars().count() > 64 {
+        Some("Param 'cluster' is illegal, the param length should not exceed 64.")
+    } else if !raw
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        Some("Param 'cluster' is illegal, illegal characters should not appear in the param.")
+    } else {
+        None
+    }
+}
+
+/// Nacos' parameter check of an instance in a naming request, which runs
+/// before the handler: the first field it refuses, in its words (cluster
+/// before port, as Nacos checks them).
+pub fn instance_param_check(wire: &InstanceWire) -> Option<&'static str> {
+    if let Some(refusal) = cluster_param_check(wire.cluster_name.as_deref().unwrap_or("")) {
+        return Some(refusal);
+    }
+    match wire.port {
+        Some(port) if !(0..=65535).contains(&port) => Some(PORT_ILLEGAL),
+        _ => None,
+    }
+}
+
+/// A parameter check's refusal, as Nacos answers it: in the handler's own
+/// response type, `resultCode` 500 with `errorCode` 400, the message
+/// prefixed `Param check invalid:`.
+pub fn param_check_response(kind: &str, message: &str) -> Payload {
+    let body = Response {
+        result_code: SERVER_ERROR,
+        error_code: INVALID_PARAM,
+        success: false,
+        message: Some(format!("Param check invalid:{message}")),
+        request_id: None,
+        body: Empty {},
+    };
+    seal(kind, &body)
+}
+
 /// An instance as clients send it. Lenient: `null` is absent, `healthy`
 /// and `enabled` default to true, `weight` to 1.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]

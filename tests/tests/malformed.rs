@@ -71,7 +71,7 @@ fn cases() -> Vec<Case> {
         case("grouped name without a service", post.clone(), register("serviceName=grp%40%40&ip=10.0.0.9&port=80"), 400, "serviceName"),
         case("bad groupName", post.clone(), register(&format!("{ok}&groupName=a%2Fb")), 400, "groupName"),
         case("bad namespaceId", post.clone(), register(&format!("{ok}&namespaceId=a%2Fb")), 400, "namespaceId"),
-        case("bad clusterName", post.clone(), register(&format!("{ok}&clusterName=a.b")), 400, "clusterName"),
+        case("bad clusterName", post.clone(), register(&format!("{ok}&clusterName=a.b")), 400, "'cluster' is illegal"),
         case("ip with whitespace", post.clone(), register("serviceName=t&ip=10.0.0.9%20x&port=80"), 400, "ip"),
         case("garbage JSON metadata", post.clone(), register(&format!("{ok}&metadata=%7Bnope")), 400, "metadata"),
         case("nested JSON metadata", post.clone(), register(&format!("{ok}&metadata=%7B%22a%22%3A%7B%7D%7D")), 400, "metadata"),

@@ -174,10 +174,15 @@ struct Server {
     /// reading (understudy: /understudy/v1/raft/compact).
     #[arg(long)]
     compact: Option<String>,
+    /// The server is a JVM (Nacos): collect it in full (`jcmd PID GC.run`)
+    /// before each memory reading.
+    #[arg(long)]
+    jvm: bool,
 }
 
 impl Server {
     fn target(self) -> Target {
+        let jvm = self.jvm.then(|| self.pid.first().copied()).flatten();
         Target {
             name: self.name,
             grpc: self.grpc,
@@ -185,6 +190,7 @@ impl Server {
             watched: Watched::new(self.pid),
             echo: self.echo,
             compact: self.compact,
+            jvm,
         }
     }
 }
@@ -241,6 +247,12 @@ struct CompareArgs {
     /// The r-nacos binary [default: `rnacos` on the PATH; none: skipped].
     #[arg(long)]
     rnacos: Option<PathBuf>,
+    /// A Nacos you started, `NAME=HTTP_ADDRESS@PID` (gRPC at the HTTP
+    /// port + 1000), e.g. `nacos-3.0.3=127.0.0.1:8848@12345`; repeat for
+    /// several. Start it as the run starts to measure its start-up; its
+    /// memory is read after `jcmd PID GC.run` (a JDK's jcmd on the PATH).
+    #[arg(long, value_parser = parse_external)]
+    nacos: Vec<compare::External>,
     /// Extra arguments for every understudy process (e.g.
     /// `--server-arg=--raft-election-timeout-ms=500`).
     #[arg(long = "server-arg", allow_hyphen_values = true)]
@@ -248,6 +260,23 @@ struct CompareArgs {
     /// Where the JSON lines of every run go.
     #[arg(long, default_value = "target/compare.jsonl")]
     json: PathBuf,
+}
+
+/// `NAME=HTTP_ADDRESS@PID`.
+fn parse_external(raw: &str) -> Result<compare::External, String> {
+    let (name, rest) = raw
+        .split_once('=')
+        .ok_or("expected NAME=HTTP_ADDRESS@PID")?;
+    let (http, pid) = rest
+        .split_once('@')
+        .ok_or("expected NAME=HTTP_ADDRESS@PID")?;
+    Ok(compare::External {
+        name: name.to_owned(),
+        http: http
+            .parse()
+            .map_err(|e| format!("HTTP_ADDRESS {http}: {e}"))?,
+        pid: pid.parse().map_err(|e| format!("PID {pid}: {e}"))?,
+    })
 }
 
 /// The understudy binary: `given`, or `understudy` beside this one.
@@ -382,6 +411,7 @@ async fn main() -> anyhow::Result<()> {
                 understudy,
                 server_args: args.server_args,
                 rnacos: args.rnacos.or_else(compare::find_rnacos),
+                nacos: args.nacos,
                 me,
             };
             compare::run(&plan, &args.json).await?;

@@ -1,7 +1,9 @@
 //! The comparison: every mode against understudy, r-nacos (when its
-//! binary is found) and the bare transport ceilings, in one run, the
-//! servers alternating round by round, each mode on a freshly started
-//! server process; then the ratios against the targets.
+//! binary is found), the Nacos servers the user started (when named) and
+//! the bare transport ceilings, in one run, the servers alternating round
+//! by round, each mode on a freshly started server process (a Nacos the
+//! user started serves every mode of the run); then the ratios against
+//! the targets.
 
 use std::collections::BTreeSet;
 use std::io::Write as _;
@@ -44,8 +46,40 @@ pub struct Plan {
     pub server_args: Vec<String>,
     /// The `rnacos` binary, if there is one.
     pub rnacos: Option<PathBuf>,
+    /// Nacos servers the user started.
+    pub nacos: Vec<External>,
     /// This load generator's binary (it serves the ceilings).
     pub me: PathBuf,
+}
+
+/// A server the user started (a Nacos, in its own standalone JVM
+/// settings): where it listens and which process it is. It is not
+/// restarted between modes; its start-up is measured from its process'
+/// start when the run finds it not yet ready.
+#[derive(Debug, Clone)]
+pub struct External {
+    /// Its name in reports (`nacos-3.0.3`).
+    pub name: String,
+    /// Its HTTP address; gRPC is at the port + 1000.
+    pub http: SocketAddr,
+    /// Its process.
+    pub pid: u32,
+}
+
+impl External {
+    fn target(&self) -> Target {
+        let mut grpc = self.http;
+        grpc.set_port(self.http.port() + 1000);
+        Target {
+            name: self.name.clone(),
+            grpc: vec![grpc],
+            http: vec![self.http],
+            watched: Watched::new(vec![self.pid]),
+            echo: false,
+            compact: None,
+            jvm: Some(self.pid),
+        }
+    }
 }
 
 /// Which server a process is.
@@ -54,6 +88,8 @@ enum Kind {
     Ceiling,
     Understudy,
     RNacos,
+    /// The user's Nacos, by its place in [`Plan::nacos`].
+    Nacos(usize),
 }
 
 /// Child processes, killed and reaped when dropped (also when starting
@@ -165,7 +201,7 @@ pub async fn start_understudy(
 
 impl Plan {
     /// A plan that runs nothing, for starting single servers.
-    fn empty() -> Self {
+    pub(crate) fn empty() -> Self {
         Self {
             rounds: 0,
             seconds: 0.0,
@@ -181,6 +217,7 @@ impl Plan {
             understudy: PathBuf::new(),
             server_args: Vec::new(),
             rnacos: None,
+            nacos: Vec::new(),
             me: std::env::current_exe().unwrap_or_default(),
         }
     }
@@ -336,6 +373,7 @@ async fn spawn(
                 dir = Some(data);
                 c
             }
+            Kind::Nacos(_) => anyhow::bail!("a Nacos the user started is not spawned"),
         };
         let child = command
             .stdin(Stdio::null())
@@ -377,6 +415,7 @@ async fn spawn(
         (Kind::Understudy, n, false) => format!("understudy×{n}"),
         (Kind::Understudy, n, true) => format!("understudy-disk×{n}"),
         (Kind::RNacos, _, _) => "r-nacos".to_owned(),
+        (Kind::Nacos(n), _, _) => plan.nacos[n].name.clone(),
     };
     let watched = Watched::new(children.0.iter().map(pid).collect());
     Ok(Spawned {
@@ -389,6 +428,7 @@ async fn spawn(
             watched,
             echo: kind == Kind::Ceiling,
             compact: (kind == Kind::Understudy).then(|| "/understudy/v1/raft/compact".to_owned()),
+            jvm: None,
         },
         startup,
         dir,
@@ -409,6 +449,10 @@ pub async fn run(plan: &Plan, json: &Path) -> anyhow::Result<Vec<Run>> {
              `cargo install rnacos --locked` (or pass --rnacos PATH) to compare. !!!\n"
         ),
     }
+    for (n, nacos) in plan.nacos.iter().enumerate() {
+        println!("{}: {} (pid {})", nacos.name, nacos.http, nacos.pid);
+        kinds.push(Kind::Nacos(n));
+    }
     let mut out = std::fs::File::create(json)?;
     let mut runs = Vec::new();
     let mut ports = Ports::default();
@@ -427,11 +471,27 @@ pub async fn run(plan: &Plan, json: &Path) -> anyhow::Result<Vec<Run>> {
                 runs.push(run);
                 Ok(())
             };
+            if let Kind::Nacos(n) = kind {
+                let nacos = &plan.nacos[n];
+                let t = nacos.target();
+                if round == 1 {
+                    record(external_startup(nacos, &t).await?)?;
+                }
+                record(super::register(&t, plan.clients, plan.services, seconds).await?)?;
+                record(super::query(&t, plan.clients, seconds).await?)?;
+                record(super::beat(&t, plan.clients, seconds).await?)?;
+                record(super::push(&t, plan.subscribers, plan.changes).await?)?;
+                record(super::idle(&t, plan.idle_connections).await?)?;
+                let memory = super::memory(&t, plan.memory_services, plan.memory_per_service);
+                record(memory.await?)?;
+                continue;
+            }
             let server = spawn(plan, kind, Shape::single(), &mut ports).await?;
             let t = &server.target;
             if kind != Kind::Ceiling {
                 let mut startup = Run::new("startup", t, "spawn to first registration".into());
                 startup.startup_ms = Some(server.startup.as_secs_f64() * 1000.0);
+                startup.rss_bytes = Some(super::idle_rss(t).await?);
                 record(startup)?;
             }
             record(super::register(t, plan.clients, plan.services, seconds).await?)?;
@@ -506,6 +566,30 @@ pub async fn run(plan: &Plan, json: &Path) -> anyhow::Result<Vec<Run>> {
     }
     println!("\n{}", super::summary::summary(&runs, plan));
     Ok(runs)
+}
+
+/// The start-up of a Nacos the user started: from its process' start to
+/// its first acknowledged registration, when the run finds it not ready
+/// yet (else not measured, and said so), and its idle RSS after a full GC.
+async fn external_startup(nacos: &External, t: &Target) -> anyhow::Result<Run> {
+    let mut run = Run::new("startup", t, "process start to first registration".into());
+    // Nacos opens its ports at the end of its start-up: one open already
+    // means it was up before the run looked.
+    let was_up = tokio::net::TcpStream::connect(t.grpc[0]).await.is_ok();
+    super::ready(t.grpc[0], Instant::now(), Duration::from_secs(180)).await?;
+    let age = super::procfs::age(nacos.pid)?;
+    if !was_up {
+        run.startup_ms = Some(age.as_secs_f64() * 1000.0);
+    } else {
+        println!(
+            "\n!!! {} was up {:.1} s before this run looked: its start-up is not measured; \
+             start it as the run starts to measure it !!!\n",
+            nacos.name,
+            age.as_secs_f64()
+        );
+    }
+    run.rss_bytes = Some(super::idle_rss(t).await?);
+    Ok(run)
 }
 
 /// `rnacos` on the PATH, if it is there.

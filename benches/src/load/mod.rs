@@ -46,6 +46,9 @@ pub struct Target {
     /// An HTTP path that compacts the server's log (POSTed before the
     /// memory reading, which the targets define as after compaction).
     pub compact: Option<String>,
+    /// A JVM (its pid) to collect in full before each memory reading
+    /// (`jcmd PID GC.run`), so its RSS holds what is live, not garbage.
+    pub jvm: Option<u32>,
 }
 
 impl Target {
@@ -591,6 +594,9 @@ fn pushed_seq(body: &[u8], writer_ip: &str) -> Option<u64> {
 /// finishing work the last request started (a snapshot): one pair of
 /// close readings caught RSS mid-descent, 25% above where it settled.
 async fn settled_rss(target: &Target) -> anyhow::Result<u64> {
+    if let Some(pid) = target.jvm {
+        full_gc(pid).await?;
+    }
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut readings = vec![target.watched.rss()?];
     loop {
@@ -605,6 +611,29 @@ async fn settled_rss(target: &Target) -> anyhow::Result<u64> {
             return Ok(*readings.last().expect("readings"));
         }
     }
+}
+
+/// A full collection of the JVM `pid`, through `jcmd` (the JDK's).
+async fn full_gc(pid: u32) -> anyhow::Result<()> {
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("jcmd")
+            .args([pid.to_string().as_str(), "GC.run"])
+            .output()
+    })
+    .await?
+    .map_err(|e| anyhow::anyhow!("running jcmd {pid} GC.run (a JDK's jcmd on the PATH): {e}"))?;
+    anyhow::ensure!(
+        output.status.success(),
+        "jcmd {pid} GC.run failed: {}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    Ok(())
+}
+
+/// The server's resident memory once it has settled (after a full GC for
+/// a JVM): what it holds idle.
+pub async fn idle_rss(target: &Target) -> anyhow::Result<u64> {
+    settled_rss(target).await
 }
 
 /// Memory per instance: `services` services of `per_service` instances

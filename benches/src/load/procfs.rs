@@ -43,6 +43,30 @@ impl Watched {
     }
 }
 
+/// How long ago process `pid` started.
+pub fn age(pid: u32) -> anyhow::Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map_err(|e| anyhow::anyhow!("reading /proc/{pid}/stat: {e}"))?;
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .ok_or_else(|| anyhow::anyhow!("/proc/{pid}/stat has no command name"))?;
+    // Field 22, starttime: clock ticks from boot to the process' start.
+    let started: f64 = rest
+        .split_whitespace()
+        .nth(22 - 3)
+        .and_then(|f| f.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("/proc/{pid}/stat lacks its start time"))?;
+    let uptime: f64 = std::fs::read_to_string("/proc/uptime")?
+        .split_whitespace()
+        .next()
+        .and_then(|f| f.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("/proc/uptime is unreadable"))?;
+    Ok(Duration::from_secs_f64(
+        (uptime - started / USER_HZ).max(0.0),
+    ))
+}
+
 fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map_err(|e| anyhow::anyhow!("reading /proc/{pid}/stat: {e}"))?;
@@ -92,6 +116,7 @@ mod tests {
             }
         }
         assert!(me.rss().unwrap() > 1 << 20);
+        assert!(age(std::process::id()).unwrap() < Duration::from_secs(3600));
         assert!(Watched::new(vec![u32::MAX]).cpu().is_err());
     }
 }

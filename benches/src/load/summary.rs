@@ -267,6 +267,10 @@ pub fn summary(runs: &[Run], plan: &Plan) -> String {
     ));
 
     let mut text = String::new();
+    if !plan.nacos.is_empty() {
+        text.push_str(&beside_nacos(&f, plan));
+        text.push('\n');
+    }
     text.push_str("| target | understudy | compared with (r-nacos, or as named) | ratio | wanted | verdict |\n");
     text.push_str("|---|---|---|---|---|---|\n");
     for row in rows {
@@ -321,4 +325,168 @@ pub fn summary(runs: &[Run], plan: &Plan) -> String {
         ));
     }
     text
+}
+
+/// The figures users choose a registry by, understudy beside r-nacos and
+/// each Nacos the user started, every figure with its ratio: how many
+/// times understudy is ahead (the other's cost ÷ understudy's, or
+/// understudy's rate ÷ the other's; below 1, the other is ahead).
+fn beside_nacos(f: &Figures, plan: &Plan) -> String {
+    type Pick<'a> = Box<dyn Fn(&str) -> Option<f64> + 'a>;
+    let rows: Vec<(String, Pick<'_>, bool)> = vec![
+        (
+            "start-up to first acknowledged registration (ms)".into(),
+            Box::new(|t| f.get(t, "startup", |r| r.startup_ms)),
+            false,
+        ),
+        (
+            "idle RSS after start-up (MB)".into(),
+            Box::new(|t| f.get(t, "startup", |r| r.rss_bytes.map(|b| b as f64 / 1e6))),
+            false,
+        ),
+        (
+            format!(
+                "RSS per instance, {}×{} (bytes)",
+                plan.memory_services, plan.memory_per_service
+            ),
+            Box::new(|t| f.get(t, "memory", |r| r.rss_bytes_per_instance)),
+            false,
+        ),
+        (
+            "gRPC register (ops/s)".into(),
+            Box::new(|t| f.rate(t, "register")),
+            true,
+        ),
+        (
+            "gRPC register (ops per server CPU-s)".into(),
+            Box::new(|t| f.per_cpu(t, "register")),
+            true,
+        ),
+        (
+            "gRPC query (ops/s)".into(),
+            Box::new(|t| f.rate(t, "query")),
+            true,
+        ),
+        (
+            "gRPC query (ops per server CPU-s)".into(),
+            Box::new(|t| f.per_cpu(t, "query")),
+            true,
+        ),
+        (
+            format!(
+                "push p99, write ack → delivery, {} subscribers (ms)",
+                plan.subscribers
+            ),
+            Box::new(|t| f.get(t, "push", |r| r.p99_ms)),
+            false,
+        ),
+        (
+            "server CPU per delivered push (µs)".into(),
+            Box::new(|t| f.per_cpu(t, "push").map(|ops| 1e6 / ops)),
+            false,
+        ),
+        (
+            "RSS per idle gRPC connection (kB)".into(),
+            Box::new(|t| {
+                f.get(t, "idle", |r| {
+                    r.rss_bytes_per_connection.map(|b| b / 1024.0)
+                })
+            }),
+            false,
+        ),
+    ];
+    let mut others = vec!["r-nacos".to_owned()];
+    others.extend(plan.nacos.iter().map(|n| n.name.clone()));
+    let mut text = String::from(
+        "Beside Nacos (ratio: how many times understudy is ahead):\n\n| figure | understudy |",
+    );
+    for other in &others {
+        text.push_str(&format!(" {other} | ratio |"));
+    }
+    text.push_str("\n|---|---|");
+    text.push_str(&"---|---|".repeat(others.len()));
+    text.push('\n');
+    for (what, pick, higher_is_better) in &rows {
+        let ours = pick("understudy");
+        text.push_str(&format!("| {what} | {} |", num(ours, "")));
+        for other in &others {
+            let theirs = pick(other);
+            let ratio = ours
+                .zip(theirs)
+                .filter(|(u, o)| *u > 0.0 && *o > 0.0)
+                .map(|(u, o)| if *higher_is_better { u / o } else { o / u });
+            let ratio = ratio.map_or("—".to_owned(), |r| format!("{r:.1}×"));
+            text.push_str(&format!(" {} | {ratio} |", num(theirs, "")));
+        }
+        text.push('\n');
+    }
+    let missed = |t: &str| {
+        f.0.get(&(t.to_owned(), "push".to_owned()))
+            .map(|runs| runs.iter().filter_map(|r| r.missed).sum::<u64>())
+    };
+    let mut notes = vec![format!("understudy {}", missed("understudy").unwrap_or(0))];
+    for other in &others {
+        if let Some(m) = missed(other) {
+            notes.push(format!("{other} {m}"));
+        }
+    }
+    text.push_str(&format!("\nPushes missed: {}.\n", notes.join(", ")));
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load::compare::External;
+
+    fn run(target: &str, mode: &str, set: impl Fn(&mut Run)) -> Run {
+        let mut run = Run {
+            mode: mode.into(),
+            target: target.into(),
+            ..Run::default()
+        };
+        set(&mut run);
+        run
+    }
+
+    #[test]
+    fn beside_nacos_gives_each_figure_with_how_far_ahead_understudy_is() {
+        let runs = vec![
+            run("understudy", "startup", |r| {
+                r.startup_ms = Some(20.0);
+                r.rss_bytes = Some(25_000_000);
+            }),
+            run("nacos-3", "startup", |r| {
+                r.startup_ms = Some(10_000.0);
+                r.rss_bytes = Some(800_000_000);
+            }),
+            run("understudy", "register", |r| r.ops_per_sec = 40_000.0),
+            run("nacos-3", "register", |r| r.ops_per_sec = 10_000.0),
+        ];
+        let plan = Plan {
+            nacos: vec![External {
+                name: "nacos-3".into(),
+                http: "127.0.0.1:8848".parse().unwrap(),
+                pid: 1,
+            }],
+            ..Plan::empty()
+        };
+        let table = beside_nacos(&Figures::of(&runs), &plan);
+        let line = |what: &str| {
+            table
+                .lines()
+                .find(|l| l.starts_with(&format!("| {what}")))
+                .unwrap_or_else(|| panic!("no row {what} in\n{table}"))
+                .to_owned()
+        };
+        // Costs: Nacos' ÷ understudy's; rates: understudy's ÷ Nacos'.
+        assert!(line("start-up").ends_with("| 10.0k | 500.0× |"), "{table}");
+        assert!(line("idle RSS").ends_with("| 800 | 32.0× |"), "{table}");
+        assert!(
+            line("gRPC register (ops/s)").ends_with("| 10.0k | 4.0× |"),
+            "{table}"
+        );
+        // Nothing measured: no figure, no ratio.
+        assert!(line("gRPC query (ops/s)").ends_with("| — | — |"), "{table}");
+    }
 }

@@ -228,12 +228,13 @@ fn sync_body<C>(
             total_batch: batches,
             current_batch: batch,
         },
+        // Nacos' naming finish counts itself as batch 1 of 1.
         Notice::Finished | Notice::Changed(..) => FuzzyWatchSync {
             group_key_pattern: pattern,
             contexts: Vec::new(),
             sync_type: FINISH_FUZZY_WATCH_INIT_NOTIFY,
-            total_batch: 0,
-            current_batch: 0,
+            total_batch: 1,
+            current_batch: 1,
         },
     }
 }

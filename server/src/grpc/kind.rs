@@ -4,7 +4,9 @@
 //! [`Failure`], why a request failed, rendered as an `ErrorResponse`.
 
 use understudy_proto::grpc::Payload;
-use understudy_proto::nacos_rpc::{error_response, INVALID_PARAM, OVER_THRESHOLD, SERVER_ERROR};
+use understudy_proto::nacos_rpc::{
+    error_response, param_check_response, INVALID_PARAM, OVER_THRESHOLD, SERVER_ERROR,
+};
 use understudy_proto::DecodeError;
 
 use crate::node::ProposeError;
@@ -153,11 +155,14 @@ impl RequestKind {
     }
 }
 
-/// Why a request failed, rendered as an `ErrorResponse`.
+/// Why a request failed, rendered as an `ErrorResponse` (or, for Nacos'
+/// parameter check, in the handler's own response type).
 #[derive(Debug)]
 pub(crate) struct Failure {
     pub(super) code: i32,
     pub(super) message: String,
+    /// The response type a parameter check answers in.
+    pub(super) param_check: Option<&'static str>,
 }
 
 impl From<DecodeError> for Failure {
@@ -177,6 +182,7 @@ impl From<ProposeError> for Failure {
         Self {
             code,
             message: e.to_string(),
+            param_check: None,
         }
     }
 }
@@ -187,6 +193,7 @@ impl Failure {
         Self {
             code: OVER_THRESHOLD,
             message: message.into(),
+            param_check: None,
         }
     }
 
@@ -195,10 +202,32 @@ impl Failure {
         Self {
             code: INVALID_PARAM,
             message: message.into(),
+            param_check: None,
+        }
+    }
+
+    /// Any other failure, with its Nacos error code.
+    pub(crate) fn coded(code: i32, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            param_check: None,
+        }
+    }
+
+    /// Nacos' parameter check refused a field; answered in `response`.
+    pub(crate) fn param_check(response: &'static str, message: &str) -> Self {
+        Self {
+            code: INVALID_PARAM,
+            message: message.to_owned(),
+            param_check: Some(response),
         }
     }
 
     pub(super) fn into_payload(self) -> Payload {
+        if let Some(response) = self.param_check {
+            return param_check_response(response, &self.message);
+        }
         error_response(self.code, self.message)
     }
 }

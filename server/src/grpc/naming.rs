@@ -10,10 +10,10 @@ use understudy_core::{InstanceSpec, Op, Owner, ServiceKey};
 use understudy_proto::grpc::Payload;
 use understudy_proto::nacos::{Hosts, NameStyle, ServiceInfoRef, View};
 use understudy_proto::nacos_rpc::{
-    error_response, error_response_as, parse_clusters, seal, BatchInstanceRequest, Empty, Envelope,
-    InstanceAck, InstanceRequest, Response, ServerCheck, ServiceInfoBody, ServiceList,
-    ServiceListRequest, ServiceQueryRequest, SubscribeServiceRequest, NO_HANDLER, NO_RIGHT,
-    OVER_THRESHOLD, SERVER_ERROR, UN_REGISTER,
+    error_response, error_response_as, instance_param_check, parse_clusters, seal,
+    BatchInstanceRequest, Empty, Envelope, InstanceAck, InstanceRequest, NamingCommon, Response,
+    ServerCheck, ServiceInfoBody, ServiceList, ServiceListRequest, ServiceQueryRequest,
+    SubscribeServiceRequest, NO_HANDLER, NO_RIGHT, OVER_THRESHOLD, SERVER_ERROR, UN_REGISTER,
 };
 use understudy_proto::DecodeError;
 
@@ -105,11 +105,10 @@ pub(crate) async fn dispatch(node: &Node, conn: &Arc<Conn>, envelope: Envelope) 
         Some(RequestKind::ReleaseAgentCard) => ai::release_agent(node, &envelope).await,
         Some(RequestKind::AgentEndpoint) => ai::agent_endpoint(node, conn, &envelope).await,
         Some(RequestKind::LockOperation) => lock::operate(node, &envelope).await,
-        Some(RequestKind::ServerCheck | RequestKind::ConnectionSetup) | None => Err(Failure {
-            code: NO_HANDLER,
-            // Nacos' words; the request type is in the envelope.
-            message: "RequestHandler Not Found".to_owned(),
-        }),
+        // Nacos' words; the request type is in the envelope.
+        Some(RequestKind::ServerCheck | RequestKind::ConnectionSetup) | None => {
+            Err(Failure::coded(NO_HANDLER, "RequestHandler Not Found"))
+        }
     };
     let outcome = if result.is_ok() { "ok" } else { "error" };
     metrics::counter!("understudy_grpc_requests_total", "type" => label, "outcome" => outcome)
@@ -282,7 +281,11 @@ async fn instance(
     persistence: Persistence,
 ) -> Result<Payload, Failure> {
     let request: InstanceRequest = envelope.decode()?;
-    let service = request.common.service_key()?;
+    let response = "InstanceResponse";
+    if let Some(refusal) = request.instance.as_ref().and_then(instance_param_check) {
+        return Err(Failure::param_check(response, refusal));
+    }
+    let service = named_service(&request.common)?;
     let kind = request.kind.unwrap_or_default();
     let wire = request
         .instance
@@ -321,15 +324,36 @@ async fn instance(
         _ => return Err(Failure::invalid(format!("Unsupported request type {kind}"))),
     };
     node.propose(op).await?;
-    Ok(seal(
-        "InstanceResponse",
-        &Response::ok(InstanceAck { kind }),
-    ))
+    Ok(seal(response, &Response::ok(InstanceAck { kind })))
+}
+
+/// The service an instance request names. Nacos' handler fails on a blank
+/// name with a server error in its own words; so does this.
+fn named_service(common: &NamingCommon) -> Result<ServiceKey, Failure> {
+    if common
+        .service_name
+        .as_deref()
+        .is_none_or(|name| name.trim().is_empty())
+    {
+        return Err(Failure::coded(
+            SERVER_ERROR,
+            "Param 'serviceName' is illegal, serviceName is blank",
+        ));
+    }
+    Ok(common.service_key()?)
 }
 
 async fn batch(node: &Node, conn: &Conn, envelope: &Envelope) -> Result<Payload, Failure> {
     let request: BatchInstanceRequest = envelope.decode()?;
-    let service = request.common.service_key()?;
+    let refused = request
+        .instances
+        .iter()
+        .flatten()
+        .find_map(instance_param_check);
+    if let Some(refusal) = refused {
+        return Err(Failure::param_check("BatchInstanceResponse", refusal));
+    }
+    let service = named_service(&request.common)?;
     let kind = request.kind.unwrap_or_default();
     if kind != "batchRegisterInstance" {
         return Err(Failure::invalid(format!("Unsupported request type {kind}")));

@@ -23,6 +23,20 @@ pub(crate) struct ApiError {
     code: ErrorCode,
     field: Option<Cow<'static, str>>,
     message: String,
+    shape: Shape,
+}
+
+/// How an error answer is laid out besides its status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// v1 plain text, or the v2/v3 envelope with the message as `data`.
+    Usual,
+    /// Refused by Nacos' parameter check, which answers before any
+    /// handler and in a shape of its own.
+    ParamCheck,
+    /// The v2/v3 envelope with `data` null, as Nacos answers some
+    /// refusals; the message is only logged.
+    NoData,
 }
 
 impl ApiError {
@@ -37,6 +51,24 @@ impl ApiError {
             code,
             field,
             message,
+            shape: Shape::Usual,
+        }
+    }
+
+    /// A field Nacos' parameter check refuses (a port out of range, a
+    /// cluster name with other characters), in its words. Nacos' check
+    /// runs as a filter before the handler and answers 400 with the bare
+    /// message and a CRLF, without a content type, whatever the API
+    /// version; so does this.
+    pub(crate) fn param_check(field: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            shape: Shape::ParamCheck,
+            ..Self::new(
+                StatusCode::BAD_REQUEST,
+                ErrorCode::ParameterValidateError,
+                Some(Cow::Borrowed(field)),
+                message.into(),
+            )
         }
     }
 
@@ -154,11 +186,22 @@ impl ApiError {
         }
     }
 
+    /// The same error with `data` null in the v2/v3 envelope.
+    pub(crate) fn without_data(mut self) -> Self {
+        self.shape = Shape::NoData;
+        self
+    }
+
     /// The same error answered with another HTTP status (Nacos answers
     /// some refusals with 200 and the code in the body).
     pub(crate) fn with_status(mut self, status: StatusCode) -> Self {
         self.status = status;
         self
+    }
+
+    /// Its Nacos error code.
+    pub(crate) fn code(&self) -> ErrorCode {
+        self.code
     }
 
     /// The field it names, if any.
@@ -178,13 +221,34 @@ impl ApiError {
     /// Renders as a v1 plain-text answer.
     pub(crate) fn v1(self) -> Response {
         self.log();
+        if self.shape == Shape::ParamCheck {
+            return self.param_check_answer();
+        }
         (self.status, plain(self.message)).into_response()
+    }
+
+    fn param_check_answer(self) -> Response {
+        let mut answer = Response::new(axum::body::Body::from(format!("{}\r\n", self.message)));
+        *answer.status_mut() = self.status;
+        answer
     }
 
     /// Renders as the `Result` envelope of v2 and v3. A missing parameter
     /// reads as Nacos writes it there.
     pub(crate) fn v2(self) -> Response {
         self.log();
+        match self.shape {
+            Shape::ParamCheck => return self.param_check_answer(),
+            Shape::NoData => {
+                let body = NacosResult {
+                    code: self.code.code(),
+                    message: self.code.message().to_owned(),
+                    data: (),
+                };
+                return (self.status, Json(body)).into_response();
+            }
+            Shape::Usual => {}
+        }
         let data = match (&self.code, &self.field) {
             (ErrorCode::ParameterMissing, Some(field)) => {
                 let kind = match field.as_ref() {

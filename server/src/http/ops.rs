@@ -12,7 +12,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 use understudy_core::{NamespaceId, Op};
-use understudy_proto::nacos::{switches, ConsoleResult, LoginReply, NacosResult, NamespaceJson};
+use understudy_proto::nacos::{
+    switches, ConsoleResult, ErrorCode, LoginReply, NacosResult, NamespaceJson,
+};
 
 use super::error::{plain, v1_true, v2_true, ApiError};
 use super::params::Params;
@@ -305,18 +307,20 @@ pub(crate) async fn login(State(node): State<Node>, params: Input) -> Response {
 // ---- namespaces ----------------------------------------------------------
 
 fn namespace_json(node: &Node, id: &NamespaceId) -> Option<NamespaceJson> {
-    node.registry()
+    let registry = node.registry();
+    registry
         .namespaces()
         .iter()
         .find(|n| n.id == *id)
-        .map(NamespaceJson::from)
+        .map(|n| NamespaceJson::new(n, registry.config_count(&n.id)))
 }
 
 fn namespace_list(node: &Node) -> Vec<NamespaceJson> {
-    node.registry()
+    let registry = node.registry();
+    registry
         .namespaces()
         .iter()
-        .map(NamespaceJson::from)
+        .map(|n| NamespaceJson::new(n, registry.config_count(&n.id)))
         .collect()
 }
 
@@ -411,10 +415,14 @@ pub(crate) async fn delete_namespace(node: &Node, p: &Params) -> Result<(), ApiE
 }
 
 pub(crate) async fn namespaces_post(State(node): State<Node>, params: Input) -> Response {
-    v1_true(
+    let created =
         async { create_namespace(&node, &params?, "customNamespaceId", "namespaceName").await }
-            .await,
-    )
+            .await;
+    match created {
+        // Nacos' v1 console answers a namespace that exists with `false`.
+        Err(e) if e.code() == ErrorCode::NamespaceAlreadyExist => Json(false).into_response(),
+        created => v1_true(created),
+    }
 }
 
 pub(crate) async fn namespaces_put(State(node): State<Node>, params: Input) -> Response {

@@ -191,9 +191,11 @@ impl Params {
 
     /// The cluster of one instance (`clusterName`, or the older `cluster`).
     pub(crate) fn cluster(&self) -> Result<ClusterName, ApiError> {
-        Ok(ClusterName::parse(
-            self.get_any(&["clusterName", "cluster"]).unwrap_or(""),
-        )?)
+        let raw = self.get_any(&["clusterName", "cluster"]).unwrap_or("");
+        if let Some(refusal) = understudy_proto::nacos_rpc::cluster_param_check(raw) {
+            return Err(ApiError::param_check("clusterName", refusal));
+        }
+        Ok(ClusterName::parse(raw)?)
     }
 
     /// A comma-separated cluster filter: the raw string (echoed in the
@@ -245,9 +247,8 @@ impl Params {
 /// Parses a port, 0 to 65535.
 pub(crate) fn parse_port(raw: &str) -> Result<u16, ApiError> {
     match raw.trim().parse::<i64>() {
-        Ok(port) => u16::try_from(port).map_err(|_| {
-            ApiError::invalid("port", format!("must be between 0 and 65535, got {port}"))
-        }),
+        Ok(port) => u16::try_from(port)
+            .map_err(|_| ApiError::param_check("port", understudy_proto::nacos_rpc::PORT_ILLEGAL)),
         Err(_) => Err(ApiError::invalid(
             "port",
             format!("'{}' is not a valid port", clip(raw)),

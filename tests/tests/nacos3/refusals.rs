@@ -22,7 +22,7 @@ use understudy_tests::Server;
 /// `taken` and the MCP server `m` (version 1).
 const CASES: &str = r##"
 # the client plane
-POST /nacos/v3/client/ns/instance serviceName=svc&ip=10.0.0.1&port=-1 400 invalid port
+POST /nacos/v3/client/ns/instance serviceName=svc&ip=10.0.0.1&port=-1 400 Param 'port' is illegal
 POST /nacos/v3/client/ns/instance serviceName=fresh&ip=10.0.0.1&port=80&heartBeat=true 200 "code":21003
 
 DELETE /nacos/v3/client/ns/instance serviceName=svc&ip=10.0.0.1 400 'port'
@@ -35,7 +35,7 @@ GET /nacos/v3/client/cs/config dataId=d 400 'groupName'
 GET /nacos/v3/client/cs/config dataId=nope&groupName=g 200 "code":20004
 
 # admin naming
-POST /nacos/v3/admin/ns/instance serviceName=svc&ip=10.0.0.1&port=99999 400 invalid port
+POST /nacos/v3/admin/ns/instance serviceName=svc&ip=10.0.0.1&port=99999 400 Param 'port' is illegal
 POST /nacos/v3/admin/ns/instance serviceName=svc&ip=10.0.0.2&port=80&ephemeral=true 400 persistent
 
 GET /nacos/v3/admin/ns/instance serviceName=svc&ip=10.0.0.1&port=x 400 invalid port

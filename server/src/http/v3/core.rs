@@ -187,7 +187,7 @@ async fn namespace_get(State(node): State<Node>, params: Input) -> Response {
             .ok_or_else(|| {
                 ApiError::not_found(
                     ErrorCode::NamespaceNotExist,
-                    format!("namespaceId [{id}] not exist"),
+                    format!("namespaceId [ {id} ] not exist"),
                 )
             })
     }))

@@ -17,7 +17,7 @@ use understudy_core::{
 use understudy_proto::nacos::{
     ErrorCode, InstanceJson, NameStyle, ServiceDetailV2, ServiceInfo, View,
 };
-use understudy_proto::nacos3::Page;
+use understudy_proto::nacos3::{Page, ServiceDetailV3};
 
 use super::super::error::ApiError;
 use super::super::naming as shared;
@@ -92,6 +92,7 @@ async fn client_register(State(node): State<Node>, params: Input) -> Response {
                 live.service.grouped_name()
             ),
         )
+        .without_data()
         .with_status(StatusCode::OK))
     }
     .await)
@@ -333,7 +334,7 @@ async fn service_detail(State(node): State<Node>, params: Input) -> Response {
     reply(
         params
             .and_then(|p| shared::existing_service(&node, &p, Api::V2))
-            .map(|s| ServiceDetailV2::new(&s)),
+            .map(|s| ServiceDetailV3::from(ServiceDetailV2::new(&s))),
     )
 }
 
@@ -385,7 +386,7 @@ async fn service_list(State(node): State<Node>, params: Input) -> Response {
             .filter(|s| s.key().group.as_str().contains(group_part))
             .filter(|s| !ignore_empty || s.instances().len() > 0);
         let page = if p.flag("withInstances", false) {
-            let details = services.map(|s| ServiceDetailV2::new(s));
+            let details = services.map(|s| ServiceDetailV3::from(ServiceDetailV2::new(s)));
             serde_json::to_value(Page::naming(details, page_no, page_size))
         } else {
             let views = services.map(|s| ServiceView::new(s));
