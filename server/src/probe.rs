@@ -114,6 +114,15 @@ pub(crate) async fn run(node: Node, cancel: CancellationToken) {
     }
 }
 
+/// The probe of a persistent instance with `metadata`: its own, else
+/// the node's `default`.
+pub(crate) fn check_of(metadata: &understudy_core::Metadata, default: &Check) -> Check {
+    match metadata.get(METADATA_KEY) {
+        Some(raw) => raw.parse::<Check>().unwrap_or_else(|_| default.clone()),
+        None => default.clone(),
+    }
+}
+
 /// The persistent instances this node probes now, with their probe and
 /// their health.
 fn targets(node: &Node, default: &Check) -> Vec<(Target, Check, bool)> {
@@ -127,10 +136,7 @@ fn targets(node: &Node, default: &Check) -> Vec<(Target, Check, bool)> {
                 if instance.kind.is_ephemeral() {
                     continue;
                 }
-                let check = match instance.metadata.get(METADATA_KEY) {
-                    Some(raw) => raw.parse::<Check>().unwrap_or_else(|_| default.clone()),
-                    None => default.clone(),
-                };
+                let check = check_of(&instance.metadata, default);
                 if check == Check::None {
                     continue;
                 }

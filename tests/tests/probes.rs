@@ -189,3 +189,58 @@ async fn http_probes_and_per_instance_choices() -> anyhow::Result<()> {
     server.stop().await?;
     Ok(())
 }
+
+/// As Nacos refuses an operator's health call while a health check runs
+/// on the instance, a probed instance refuses it; one without a probe
+/// (the default) takes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operators_health_call_is_refused_while_a_probe_runs() -> anyhow::Result<()> {
+    let server = Server::start(Settings::default()).await?;
+    let http = reqwest::Client::new();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    register(
+        &http,
+        &server,
+        "probed",
+        port,
+        r#"{"understudy.health_check":"tcp"}"#,
+    )
+    .await;
+    register(&http, &server, "unprobed", port, "{}").await;
+    let set = |service: &'static str| {
+        let port = port.to_string();
+        let http = http.clone();
+        let url = server.url("/nacos/v1/ns/health/instance");
+        async move {
+            let reply = http
+                .put(url)
+                .form(&[
+                    ("serviceName", service),
+                    ("ip", "127.0.0.1"),
+                    ("port", port.as_str()),
+                    ("healthy", "false"),
+                ])
+                .send()
+                .await
+                .expect("the server answers");
+            (reply.status(), reply.text().await.expect("a body"))
+        }
+    };
+    assert_eq!(
+        set("probed").await,
+        (
+            StatusCode::BAD_REQUEST,
+            "health check is still working, service: DEFAULT_GROUP@@probed, cluster: DEFAULT"
+                .to_owned()
+        )
+    );
+    assert_eq!(is_healthy(&http, &server, "probed", port).await, Some(true));
+    assert_eq!(set("unprobed").await, (StatusCode::OK, "ok".to_owned()));
+    assert_eq!(
+        is_healthy(&http, &server, "unprobed", port).await,
+        Some(false)
+    );
+    server.stop().await?;
+    Ok(())
+}

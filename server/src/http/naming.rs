@@ -448,6 +448,27 @@ pub(crate) async fn set_health(node: &Node, p: &Params, api: Api) -> Result<(), 
             p.flag("valid", true)
         }
     };
+    // Nacos refuses the operator while a health check runs on the
+    // instance; here, while a probe does.
+    let probed = node
+        .registry()
+        .service(&service)
+        .and_then(|s| s.instance(&key).cloned())
+        .filter(|i| !i.kind.is_ephemeral())
+        .is_some_and(|i| {
+            crate::probe::check_of(&i.metadata, &node.config().probes.default)
+                != crate::config::Check::None
+        });
+    if probed {
+        return Err(ApiError::bad_request(
+            ErrorCode::ParameterValidateError,
+            format!(
+                "health check is still working, service: {}, cluster: {}",
+                service.grouped_name(),
+                key.cluster
+            ),
+        ));
+    }
     node.propose(Op::SetHealth {
         service,
         key,
