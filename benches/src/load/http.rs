@@ -10,6 +10,7 @@ use hyper::client::conn::http1::SendRequest;
 /// One kept-alive connection.
 pub struct HttpConn {
     sender: SendRequest<Empty<Bytes>>,
+    addr: SocketAddr,
     host: String,
     driver: tokio::task::JoinHandle<()>,
 }
@@ -23,6 +24,18 @@ impl Drop for HttpConn {
 impl HttpConn {
     /// Opens a connection to `addr`.
     pub async fn connect(addr: SocketAddr) -> anyhow::Result<Self> {
+        let (sender, driver) = Self::open(addr).await?;
+        Ok(Self {
+            sender,
+            addr,
+            host: addr.to_string(),
+            driver,
+        })
+    }
+
+    async fn open(
+        addr: SocketAddr,
+    ) -> anyhow::Result<(SendRequest<Empty<Bytes>>, tokio::task::JoinHandle<()>)> {
         let socket = tokio::net::TcpStream::connect(addr).await?;
         socket.set_nodelay(true)?;
         let (sender, connection) =
@@ -30,11 +43,7 @@ impl HttpConn {
         let driver = tokio::spawn(async move {
             let _ = connection.await;
         });
-        Ok(Self {
-            sender,
-            host: addr.to_string(),
-            driver,
-        })
+        Ok((sender, driver))
     }
 
     /// Sends `method path_and_query` with an empty body; returns the
@@ -44,7 +53,16 @@ impl HttpConn {
         method: hyper::Method,
         path_and_query: &str,
     ) -> anyhow::Result<(hyper::StatusCode, Bytes)> {
-        self.sender.ready().await?;
+        // A server may close a kept-alive connection after so many
+        // requests (Tomcat, so Nacos, after 100): open another, as HTTP
+        // clients do.
+        if self.sender.is_closed() || self.sender.ready().await.is_err() {
+            let (sender, driver) = Self::open(self.addr).await?;
+            self.driver.abort();
+            self.sender = sender;
+            self.driver = driver;
+            self.sender.ready().await?;
+        }
         let request = hyper::Request::builder()
             .method(method)
             .uri(path_and_query)

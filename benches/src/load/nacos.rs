@@ -142,7 +142,10 @@ impl Conn {
         }
         let mut bi = BiRequestStreamClient::new(channel);
         let (stream, outgoing) = mpsc::channel::<Payload>(64);
-        let setup = br#"{"headers":{},"module":"naming","clientVersion":"Nacos-Java-Client:v2.3.2","tenant":"","labels":{"source":"sdk","module":"naming"}}"#;
+        // With an ability table, as the Java client 2.3+ sends it: the
+        // server answers with a SetupAckRequest, and grpc-java (Nacos)
+        // sends a bi-stream's headers only with its first message.
+        let setup = br#"{"headers":{},"module":"naming","clientVersion":"Nacos-Java-Client:v2.3.2","tenant":"","labels":{"source":"sdk","module":"naming"},"abilityTable":{"supportPersistentInstanceByGrpc":true}}"#;
         stream
             .send(payload("ConnectionSetupRequest", setup.to_vec()))
             .await?;
@@ -260,6 +263,7 @@ async fn read(
             "ClientDetectionRequest" => "ClientDetectionResponse",
             "ConnectResetRequest" => "ConnectResetResponse",
             "ConfigChangeNotifyRequest" => "ConfigChangeNotifyResponse",
+            "SetupAckRequest" => "SetupAckResponse",
             _ => continue,
         };
         let id = request_id(&answer.body);
