@@ -45,18 +45,8 @@ impl Watched {
 
 /// How long ago process `pid` started.
 pub fn age(pid: u32) -> anyhow::Result<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map_err(|e| anyhow::anyhow!("reading /proc/{pid}/stat: {e}"))?;
-    let rest = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest)
-        .ok_or_else(|| anyhow::anyhow!("/proc/{pid}/stat has no command name"))?;
     // Field 22, starttime: clock ticks from boot to the process' start.
-    let started: f64 = rest
-        .split_whitespace()
-        .nth(22 - 3)
-        .and_then(|f| f.parse().ok())
-        .ok_or_else(|| anyhow::anyhow!("/proc/{pid}/stat lacks its start time"))?;
+    let started = stat_fields(pid, &[22])?[0] as f64;
     let uptime: f64 = std::fs::read_to_string("/proc/uptime")?
         .split_whitespace()
         .next()
@@ -67,23 +57,32 @@ pub fn age(pid: u32) -> anyhow::Result<Duration> {
     ))
 }
 
-fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
+/// Numeric fields `numbers` (counted from 1, as `proc(5)` does) of
+/// `/proc/PID/stat`.
+fn stat_fields(pid: u32, numbers: &[usize]) -> anyhow::Result<Vec<u64>> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map_err(|e| anyhow::anyhow!("reading /proc/{pid}/stat: {e}"))?;
     // The command name (field 2) may hold spaces; fields count from its
-    // closing parenthesis: state is field 3, utime 14, stime 15.
+    // closing parenthesis, which ends field 2.
     let rest = stat
         .rsplit_once(')')
         .map(|(_, rest)| rest)
         .ok_or_else(|| anyhow::anyhow!("/proc/{pid}/stat has no command name"))?;
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let field = |n: usize| -> anyhow::Result<u64> {
-        fields
-            .get(n - 3)
-            .and_then(|f| f.parse().ok())
-            .ok_or_else(|| anyhow::anyhow!("/proc/{pid}/stat lacks field {n}"))
-    };
-    Ok(field(14)? + field(15)?)
+    numbers
+        .iter()
+        .map(|n| {
+            fields
+                .get(n - 3)
+                .and_then(|f| f.parse().ok())
+                .ok_or_else(|| anyhow::anyhow!("/proc/{pid}/stat lacks field {n}"))
+        })
+        .collect()
+}
+
+fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
+    // utime and stime.
+    Ok(stat_fields(pid, &[14, 15])?.iter().sum())
 }
 
 fn rss_bytes(pid: u32) -> anyhow::Result<u64> {

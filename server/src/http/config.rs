@@ -179,19 +179,31 @@ pub(crate) fn read_for(
     Ok(node.config_for(&key, &caller.ip, p.get("tag").map(str::trim)))
 }
 
+/// The parameters of a v1 config call, or Nacos' answer when one of
+/// `required` is missing or refused.
+fn v1_params(
+    node: &Node,
+    params: Input,
+    required: &[&'static str],
+    path: &str,
+) -> Result<Params, Box<Response>> {
+    let p = params.map_err(|e| Box::new(v1_refusal(e)))?;
+    match v1_refused(node, &p, required, path) {
+        Some(refused) => Err(Box::new(refused)),
+        None => Ok(p),
+    }
+}
+
 pub(crate) async fn get_v1(
     State(node): State<Node>,
     caller: Caller,
     OriginalUri(uri): OriginalUri,
     params: Input,
 ) -> Response {
-    let p = match params {
+    let p = match v1_params(&node, params, &["dataId", "group"], uri.path()) {
         Ok(p) => p,
-        Err(e) => return v1_refusal(e),
+        Err(refused) => return *refused,
     };
-    if let Some(refused) = v1_refused(&node, &p, &["dataId", "group"], uri.path()) {
-        return refused;
-    }
     if p.raw("show") == Some("all") {
         return detail_v1(&node, &p);
     }
@@ -404,13 +416,10 @@ pub(crate) async fn publish_v1(
     headers: HeaderMap,
     params: Input,
 ) -> Response {
-    let p = match params {
+    let p = match v1_params(&node, params, &["dataId", "group", "content"], uri.path()) {
         Ok(p) => p,
-        Err(e) => return v1_refusal(e),
+        Err(refused) => return *refused,
     };
-    if let Some(refused) = v1_refused(&node, &p, &["dataId", "group", "content"], uri.path()) {
-        return refused;
-    }
     match publish(&node, &p, &headers, Api::V1, &caller).await {
         // Only a failed compare-and-set conflicts on a config publish.
         Err(e) if e.status() == StatusCode::CONFLICT => {
@@ -435,13 +444,10 @@ pub(crate) async fn remove_v1(
     OriginalUri(uri): OriginalUri,
     params: Input,
 ) -> Response {
-    let p = match params {
+    let p = match v1_params(&node, params, &["dataId", "group"], uri.path()) {
         Ok(p) => p,
-        Err(e) => return v1_refusal(e),
+        Err(refused) => return *refused,
     };
-    if let Some(refused) = v1_refused(&node, &p, &["dataId", "group"], uri.path()) {
-        return refused;
-    }
     v1_true(remove(&node, &p, Api::V1, &caller).await)
 }
 
