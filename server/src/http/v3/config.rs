@@ -175,9 +175,11 @@ struct ConfigInfo {
     namespace_id: String,
     group_name: String,
     data_id: String,
-    md5: String,
+    /// `null` where Nacos' query reads no md5 (history lists).
+    md5: Option<String>,
+    /// `null` where Nacos' query reads no type (history lists).
     #[serde(rename = "type")]
-    kind: String,
+    kind: Option<String>,
     app_name: String,
     create_time: u64,
     modify_time: u64,
@@ -200,15 +202,17 @@ struct Detail {
     config_tags: Option<String>,
 }
 
-/// What a history entry adds.
+/// What a history entry adds; in a list, as Nacos' list query reads
+/// it: no source user (`null`) and no gray name.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct History {
     src_ip: String,
-    src_user: String,
+    src_user: Option<String>,
     op_type: &'static str,
     publish_type: &'static str,
-    gray_name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gray_name: Option<String>,
 }
 
 impl ConfigInfo {
@@ -218,8 +222,8 @@ impl ConfigInfo {
             namespace_id: key.namespace.to_string(),
             group_name: key.group.clone(),
             data_id: key.data_id.clone(),
-            md5: item.md5.clone(),
-            kind: item.kind.clone(),
+            md5: Some(item.md5.clone()),
+            kind: Some(item.kind.clone()),
             app_name: item.app_name.clone(),
             create_time: item.created,
             modify_time: item.last_modified,
@@ -236,22 +240,27 @@ impl ConfigInfo {
     }
 
     /// A history entry: its id is the entry's, its times the entry's,
-    /// and its item what the entry recorded.
+    /// and its item what the entry recorded. Listed (not `detail`), it
+    /// reads as Nacos' list query: md5, type and source user `null`.
     fn entry(entry: &HistoryEntry, detail: bool) -> Self {
         let mut info = Self::new(&entry.key, &entry.item, detail);
         info.id = entry.nid.to_string();
         info.create_time = entry.at;
         info.modify_time = entry.at;
+        if !detail {
+            info.md5 = None;
+            info.kind = None;
+        }
         info.history = Some(History {
             src_ip: entry.source.ip.clone(),
-            src_user: entry.source.user.clone(),
+            src_user: detail.then(|| entry.source.user.clone()),
             op_type: entry.op.letter(),
             publish_type: if entry.gray_name.is_empty() {
                 "formal"
             } else {
                 "gray"
             },
-            gray_name: entry.gray_name.clone(),
+            gray_name: detail.then(|| entry.gray_name.clone()),
         });
         info
     }
@@ -444,9 +453,17 @@ async fn history_configs(State(node): State<Node>, params: Input) -> Response {
         let namespace = NamespaceId::parse(p.required("namespaceId")?)
             .map_err(|e| ApiError::invalid("namespaceId", e.to_string()))?;
         let registry = node.registry();
-        Ok(registry
-            .configs_in(&namespace)
-            .map(|(k, item)| ConfigInfo::new(k, item, false))
+        // As Nacos' query reads them: in the order they were created, with
+        // no id (0) and no md5.
+        let mut configs: Vec<_> = registry.configs_in(&namespace).collect();
+        configs.sort_by_key(|(_, item)| item.id);
+        Ok(configs
+            .into_iter()
+            .map(|(k, item)| ConfigInfo {
+                id: "0".to_owned(),
+                md5: None,
+                ..ConfigInfo::new(k, item, false)
+            })
             .collect::<Vec<_>>())
     }))
 }

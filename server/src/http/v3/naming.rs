@@ -397,7 +397,8 @@ async fn service_list(State(node): State<Node>, params: Input) -> Response {
 }
 
 async fn selector_types() -> Response {
-    reply(Ok(["none", "label"]))
+    // In Nacos' order (its set's).
+    reply(Ok(["label", "none"]))
 }
 
 // ---- clusters and health -------------------------------------------------
