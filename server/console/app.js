@@ -463,8 +463,7 @@ async function renderHistory(params, message) {
       <td><a href="${link("history", Object.assign({ nid: h.id }, at))}">${esc(time(h.modifyTime))}</a></td>
       <td>${esc({ I: "created", U: "updated", D: "deleted" }[h.opType] || h.opType)}</td>
       <td>${esc(h.publishType)}${h.grayName ? " (" + esc(h.grayName) + ")" : ""}</td>
-      <td>${esc(h.srcUser || "")}</td><td>${esc(h.srcIp || "")}</td>
-      <td class="num"><code>${esc(h.md5.slice(0, 8))}</code></td>
+      <td>${esc(h.srcIp || "")}</td>
     </tr>`).join("");
   let detail = '<p class="muted">Choose an entry to compare it with what is published now.</p>';
   if (nid) {
@@ -473,6 +472,7 @@ async function renderHistory(params, message) {
     editing = { ns, group, dataId, md5: current ? current.md5 : "", entry };
     detail = `<div class="card" id="history-entry" data-nid="${esc(nid)}">
       <h2>Entry of ${esc(time(entry.modifyTime))}</h2>
+      <p class="muted">by ${esc(entry.srcUser || "—")} from ${esc(entry.srcIp || "—")}, MD5 <code>${esc((entry.md5 || "").slice(0, 8))}</code></p>
       ${renderDiff(entry.content, current ? current.content : "", "this entry", current ? "published now" : "(deleted)")}
       <div class="inline"><button type="button" id="rollback">Roll back to this entry</button></div></div>`;
   }
@@ -481,7 +481,7 @@ async function renderHistory(params, message) {
     <p><a href="${link("config", at)}">Back to the config</a></p>
     ${message ? `<p class="${message.error ? "error" : "muted"}" id="config-message">${esc(message.text)}</p>` : ""}
     <table id="history">
-      <thead><tr><th>When</th><th>Operation</th><th>Release</th><th>User</th><th>Source IP</th><th>MD5</th></tr></thead>
+      <thead><tr><th>When</th><th>Operation</th><th>Release</th><th>Source IP</th></tr></thead>
       <tbody>${rows || '<tr><td colspan="6" class="muted">No history.</td></tr>'}</tbody>
     </table>
     ${detail}`;
