@@ -496,7 +496,7 @@ pub async fn run(plan: &Plan, json: &Path) -> anyhow::Result<Vec<Run>> {
             if kind != Kind::Ceiling {
                 let mut startup = Run::new("startup", t, "spawn to first registration".into());
                 startup.startup_ms = Some(server.startup.as_secs_f64() * 1000.0);
-                startup.rss_bytes = Some(super::idle_rss(t).await?);
+                startup.rss_bytes = Some(super::settled_rss(t).await?);
                 record(startup)?;
             }
             record(super::register(t, plan.clients, plan.services, seconds).await?)?;
@@ -593,7 +593,7 @@ async fn external_startup(nacos: &External, t: &Target) -> anyhow::Result<Run> {
             age.as_secs_f64()
         );
     }
-    run.rss_bytes = Some(super::idle_rss(t).await?);
+    run.rss_bytes = Some(super::settled_rss(t).await?);
     Ok(run)
 }
 

@@ -586,14 +586,13 @@ fn pushed_seq(body: &[u8], writer_ip: &str) -> Option<u64> {
     Some(host.weight as u64)
 }
 
-/// Waits until the target's RSS stops growing (two readings 500 ms apart
-/// within 1%), at most 15 s; returns the last reading.
-/// RSS once it has settled: three readings half a second apart within
+/// RSS once it has settled (after a full collection for a JVM, so a
+/// reading holds what is live): three readings half a second apart within
 /// 0.5% of each other (or after 20 s). An allocator gives freed pages back
 /// gradually (jemalloc over its decay time), and a server may still be
 /// finishing work the last request started (a snapshot): one pair of
 /// close readings caught RSS mid-descent, 25% above where it settled.
-async fn settled_rss(target: &Target) -> anyhow::Result<u64> {
+pub(crate) async fn settled_rss(target: &Target) -> anyhow::Result<u64> {
     if let Some(pid) = target.jvm {
         full_gc(pid).await?;
     }
@@ -628,12 +627,6 @@ async fn full_gc(pid: u32) -> anyhow::Result<()> {
         String::from_utf8_lossy(&output.stdout)
     );
     Ok(())
-}
-
-/// The server's resident memory once it has settled (after a full GC for
-/// a JVM): what it holds idle.
-pub async fn idle_rss(target: &Target) -> anyhow::Result<u64> {
-    settled_rss(target).await
 }
 
 /// Memory per instance: `services` services of `per_service` instances
