@@ -86,6 +86,13 @@ async fn a_partition_set_through_one_node_acts_everywhere_and_heals_through_anot
     let (status, body) = post(&client, hz, "/understudy/v1/chaos/partition?a=hz").await;
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("'b'") || body.contains("b"), "{body}");
+    // Only `understudy sim` kills a node on request: these are processes.
+    let (status, body) = post(&client, hz, "/understudy/v1/chaos/kill?node=3").await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("node") && body.contains("understudy sim"),
+        "{body}"
+    );
 
     wait_for("sh catches up first", Duration::from_secs(10), || async {
         lag_of(&client, hz, 3).await.is_some_and(|lag| lag < 500)

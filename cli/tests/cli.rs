@@ -1,6 +1,6 @@
 //! The `understudy` binary's handling of bad configuration: exit code 64
 //! and a message naming the setting; and `understudy sim`, which prints
-//! its nodes and serves them.
+//! its nodes, serves them and kills one when the chaos API asks.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
@@ -166,7 +166,7 @@ fn row(line: &str) -> Row {
 }
 
 #[test]
-fn sim_prints_every_node_and_serves_them() {
+fn sim_prints_every_node_serves_them_and_kills_one_on_request() {
     let mut sim = Killed(
         understudy()
             .args([
@@ -294,6 +294,37 @@ fn sim_prints_every_node_and_serves_them() {
         "the sim exited: {}",
         errors()
     );
+
+    // A kill asked of node 1 crashes node 3: its port refuses, the sim
+    // says so, and a second kill of it is refused naming the node.
+    let post = |url: String| {
+        runtime.block_on(async {
+            let reply = reqwest::Client::new()
+                .post(&url)
+                .timeout(Duration::from_secs(10))
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("POST {url}: {e}"));
+            (reply.status().as_u16(), reply.text().await.unwrap())
+        })
+    };
+    let kill = format!("http://{}/understudy/v1/chaos/kill?node=3", rows[0].http);
+    assert_eq!(post(kill.clone()), (200, r#"{"killed":3}"#.to_owned()));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(rows[2].http).is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "node 3's HTTP port still accepts 10 s after the kill"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let said = stdout
+        .recv_timeout(Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("the sim printed nothing after the kill: {e}"));
+    assert_eq!(said, "killed: node 3");
+    let (status, body) = post(kill);
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("no running node 3"), "{body}");
     drop(sim);
 
     // A DC without a node count is refused, naming the argument.

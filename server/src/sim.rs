@@ -476,14 +476,28 @@ pub async fn main(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), SimError> {
     let spec = SimSpec::from_args(&args)?;
-    let sim = Sim::start(&spec, Duration::from_secs(30)).await?;
+    let mut sim = Sim::start(&spec, Duration::from_secs(30)).await?;
     println!("understudy sim: {} nodes, seed {}", spec.size(), spec.seed);
     print!("{}", sim.describe());
     for link in sim.faults().dc_links() {
         println!("link {link}");
     }
     println!("leader: node {}", sim.leader(Duration::from_secs(5)).await?);
-    shutdown.await;
+    // `POST /understudy/v1/chaos/kill?node=N` on any node lands here.
+    let mut kills = sim.faults().take_kills();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            Some(request) = kills.recv() => {
+                let killed = sim.kill(request.node);
+                if killed {
+                    println!("killed: node {}", request.node);
+                }
+                let _ = request.done.send(killed);
+            }
+        }
+    }
     sim.stop().await;
     Ok(())
 }

@@ -30,10 +30,12 @@ use thiserror::Error;
 
 use crate::member::NodeId;
 
+mod kills;
 mod spec;
 #[cfg(test)]
 mod tests;
 
+pub use kills::{KillRefused, KillRequest};
 pub use spec::{
     parse_apply_delay, parse_duration, parse_faults, InvalidApplyDelay, InvalidDuration,
     InvalidFaults, InvalidLink, Link, LinkSpec,
@@ -114,6 +116,8 @@ pub struct LinkFaults {
     /// Whether any DC's pushes are faulted: every push asks, and without
     /// push faults it need not take the lock.
     push_faulted: Arc<AtomicBool>,
+    /// Where kill requests go: the runner of the nodes, if one took them.
+    kills: Arc<Mutex<Option<tokio::sync::mpsc::UnboundedSender<KillRequest>>>>,
 }
 
 struct Faults {
@@ -195,6 +199,7 @@ impl LinkFaults {
                 config_read_lags: BTreeMap::new(),
             })),
             push_faulted: Arc::new(AtomicBool::new(false)),
+            kills: Arc::new(Mutex::new(None)),
         }
     }
 

@@ -18,6 +18,9 @@
 //!   removes it): for that long after a config write, the DC's nodes
 //!   answer formal reads of it as before the write, as Nacos does.
 //! - `POST /understudy/v1/chaos/pause?node=3`, `.../resume?node=3`.
+//! - `POST /understudy/v1/chaos/kill?node=3`: crash node 3, which only
+//!   `understudy sim` can do (its nodes share its process); a node
+//!   served alone refuses.
 //! - `GET /understudy/v1/cluster/nodes`: every member's DC, role, applied
 //!   index and revision, view lag and register-to-visible delays.
 //!
@@ -56,6 +59,9 @@ pub(crate) async fn act(
     Path(action): Path<String>,
     params: Input,
 ) -> Response {
+    if action == "kill" {
+        return kill(&node, params).await;
+    }
     let edit: fn(&Params, &mut FaultState) -> Result<(), ApiError> = match action.as_str() {
         "links" => links,
         "partition" => partition,
@@ -69,7 +75,7 @@ pub(crate) async fn act(
             return ApiError::not_found(
                 understudy_proto::nacos::ErrorCode::ResourceNotFound,
                 format!(
-                    "no chaos action '{other}': links, partition, heal, apply-delay, push, config-read-lag, pause or resume"
+                    "no chaos action '{other}': links, partition, heal, apply-delay, push, config-read-lag, pause, resume or kill"
                 ),
             )
             .v2()
@@ -180,6 +186,23 @@ fn resume(p: &Params, state: &mut FaultState) -> Result<(), ApiError> {
     let id: u64 = p.number("node")?.ok_or_else(|| ApiError::missing("node"))?;
     state.paused.retain(|n| *n != id);
     Ok(())
+}
+
+/// `kill?node=`: crash a node of the process that runs this one
+/// (`understudy sim`); the answer comes once it is killed.
+async fn kill(node: &Node, params: Input) -> Response {
+    let id = params.and_then(|p| {
+        p.number::<u64>("node")?
+            .ok_or_else(|| ApiError::missing("node"))
+    });
+    let id = match id {
+        Ok(id) => id,
+        Err(e) => return e.v2(),
+    };
+    match node.faults().kill(id).await {
+        Ok(()) => Json(json!({"killed": id})).into_response(),
+        Err(why) => ApiError::invalid("node", why.to_string()).v2(),
+    }
 }
 
 /// `GET /understudy/v1/cluster/nodes`.
