@@ -407,7 +407,9 @@ impl Auth {
             .decode(payload)
             .map_err(|_| Denied::Invalid)?;
         let claims: Claims = serde_json::from_slice(&payload).map_err(|_| Denied::Invalid)?;
-        if claims.exp <= now_ms / 1000 {
+        // As Nacos reads `exp`: a token is good through its last second
+        // (the Java client's renewal schedule counts on that second).
+        if claims.exp < now_ms / 1000 {
             return Err(Denied::Expired);
         }
         let account = self.account(&claims.sub).ok_or(Denied::Invalid)?;
@@ -474,10 +476,11 @@ mod tests {
         assert_eq!(issued.ttl_s, 60);
         assert!(!issued.admin);
         assert_eq!(issued.token.split('.').count(), 3);
-        let who = auth.verify(Some(&issued.token), 1_059_999).unwrap();
+        // exp is second 1_060: good through it, as Nacos reads exp.
+        let who = auth.verify(Some(&issued.token), 1_060_999).unwrap();
         assert_eq!(who.user, "app");
         assert_eq!(
-            auth.verify(Some(&issued.token), 1_060_000),
+            auth.verify(Some(&issued.token), 1_061_000),
             Err(Denied::Expired)
         );
     }
@@ -669,7 +672,9 @@ mod tests {
             &serde_json::json!({"sub": "app", "exp": 999}),
             SECRET,
         );
-        assert_eq!(auth.verify(Some(&expired), 999_000), Err(Denied::Expired));
+        // Good through second 999, as Nacos reads `exp`; expired after it.
+        assert!(auth.verify(Some(&expired), 999_999).is_ok());
+        assert_eq!(auth.verify(Some(&expired), 1_000_000), Err(Denied::Expired));
         let other_key = minted(header(), &live, b"another secret, another cluster");
         assert_eq!(auth.verify(Some(&other_key), 0), Err(Denied::Invalid));
         let no_exp = minted(header(), &serde_json::json!({"sub": "app"}), SECRET);
