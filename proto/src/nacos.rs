@@ -445,9 +445,14 @@ impl SelectorJson {
         if raw.trim().is_empty() {
             return Ok(understudy_core::Selector::default());
         }
-        let json: SelectorJson = serde_json::from_str(raw).map_err(|e| {
-            DecodeError::new("selector", format!("not a selector JSON object: {e}"))
-        })?;
+        // Read as a JSON value first: Jackson writes a selector's `type`
+        // twice (its type id and its property: the maintainer client sends
+        // `{"type":"none","type":"none",...}`), and Nacos reads the last.
+        let invalid = |why: String| DecodeError::new("selector", why);
+        let value: serde_json::Value = serde_json::from_str(raw)
+            .map_err(|e| invalid(format!("not a selector JSON object: {e}")))?;
+        let json: SelectorJson = serde_json::from_value(value)
+            .map_err(|e| invalid(format!("not a selector JSON object: {e}")))?;
         match json.kind.as_str() {
             "none" | "label" => Ok(understudy_core::Selector {
                 kind: json.kind,
@@ -807,6 +812,23 @@ pub fn switches(client_beat_interval: u64) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_selector_with_its_type_twice_reads_as_nacos_reads_it() {
+        // What nacos-maintainer-client 3.1 sends for a service's selector.
+        let selector = SelectorJson::parse(r#"{"type":"none","type":"none","contextType":"NONE"}"#)
+            .expect("Nacos takes a repeated type");
+        assert_eq!(selector.kind, "none");
+        let label =
+            SelectorJson::parse(r#"{"type":"none","type":"label","expression":"a = b"}"#).unwrap();
+        assert_eq!(
+            (label.kind.as_str(), label.expression.as_str()),
+            ("label", "a = b")
+        );
+        let refused = SelectorJson::parse(r#"{"type":"all"}"#).unwrap_err();
+        assert_eq!(refused.field, "selector");
+        assert!(SelectorJson::parse("[1]").is_err());
+    }
 
     #[test]
     fn metadata_accepts_json_and_legacy_pairs() {
