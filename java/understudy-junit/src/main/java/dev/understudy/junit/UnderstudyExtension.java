@@ -26,8 +26,6 @@ import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import java.util.stream.Collectors;
 
-import org.junit.jupiter.api.extension.AfterAllCallback;
-import org.junit.jupiter.api.extension.AfterEachCallback;
 import org.junit.jupiter.api.extension.BeforeAllCallback;
 import org.junit.jupiter.api.extension.BeforeEachCallback;
 import org.junit.jupiter.api.extension.ExtensionContext;
@@ -48,12 +46,15 @@ import org.junit.jupiter.api.extension.ExtensionContext;
  * }</pre>
  *
  * <p>In a {@code static} field the process is started before the class's
- * first test and stopped after its last; in an instance field, each test gets
- * its own. Outside JUnit, {@link #start()} and {@link #stop()} do the same.
- * The binary is found by {@link UnderstudyBinary#locate()}.
+ * first test and stopped once the class is done, after every other
+ * extension's {@code afterAll} (so a Spring context closed then still
+ * deregisters from a live node); in an instance field, each test gets its
+ * own. Reading an address ({@link #serverAddr()}, {@link #nodes()}, ...)
+ * before that starts it early, as a Spring {@code @DynamicPropertySource}
+ * may. Outside JUnit, {@link #start()} and {@link #stop()} do the same. The
+ * binary is found by {@link UnderstudyBinary#locate()}.
  */
-public final class UnderstudyExtension
-        implements BeforeAllCallback, AfterAllCallback, BeforeEachCallback, AfterEachCallback {
+public final class UnderstudyExtension implements BeforeAllCallback, BeforeEachCallback {
     private static final String HOST = "127.0.0.1";
     private static final Pattern NODE_ROW = Pattern.compile(
             "^(\\d+)\\s+(\\S+)\\s+(\\S+):(\\d+)\\s+(\\S+):(\\d+)\\s+(\\S+)$");
@@ -65,6 +66,7 @@ public final class UnderstudyExtension
     private String username;
     private String password;
     private Duration tokenTtl;
+    private final List<String> exported = new ArrayList<>();
 
     private final HttpClient http = HttpClient.newBuilder()
             .connectTimeout(Duration.ofSeconds(5))
@@ -109,6 +111,18 @@ public final class UnderstudyExtension
         return this;
     }
 
+    /**
+     * Sets the system property {@code name} to {@link #serverAddr()} while the
+     * node or cluster runs, for settings read before a test can pass them
+     * (Spring's {@code spring.config.import} reads
+     * {@code spring.cloud.nacos.config.server-addr} before any
+     * {@code @DynamicPropertySource}).
+     */
+    public UnderstudyExtension systemProperty(String name) {
+        exported.add(name);
+        return this;
+    }
+
     /** How long the process may take to be ready (60 s by default). */
     public UnderstudyExtension startTimeout(Duration timeout) {
         startTimeout = timeout;
@@ -135,26 +149,45 @@ public final class UnderstudyExtension
     @Override
     public void beforeAll(ExtensionContext context) {
         perClass = true;
-        start();
+        ensureStarted();
+        stopWhenClosed(context);
     }
 
     @Override
     public void beforeEach(ExtensionContext context) {
+        if (!perClass) {
+            ensureStarted();
+            stopWhenClosed(context);
+        }
+    }
+
+    /**
+     * Stops the process when {@code context} closes: after every extension's
+     * {@code afterAll} (or {@code afterEach}), whatever order they run in.
+     */
+    private void stopWhenClosed(ExtensionContext context) {
+        context.getStore(ExtensionContext.Namespace.create(UnderstudyExtension.class, this))
+                .put("stop", new Stopper(this));
+    }
+
+    /**
+     * Closed by JUnit with its context: as an {@code AutoCloseable} from JUnit
+     * 5.13, as a {@code CloseableResource} before (Spring Boot 3.2 brings 5.10).
+     * Stopping twice stops once.
+     */
+    @SuppressWarnings("deprecation")
+    private record Stopper(UnderstudyExtension extension)
+            implements ExtensionContext.Store.CloseableResource, AutoCloseable {
+        @Override
+        public void close() {
+            extension.stop();
+        }
+    }
+
+    private synchronized void ensureStarted() {
         if (child == null) {
             start();
         }
-    }
-
-    @Override
-    public void afterEach(ExtensionContext context) {
-        if (!perClass) {
-            stop();
-        }
-    }
-
-    @Override
-    public void afterAll(ExtensionContext context) {
-        stop();
     }
 
     /** Starts the node or cluster; returns once it serves. */
@@ -168,6 +201,9 @@ public final class UnderstudyExtension
                 startNode(binary);
             } else {
                 startCluster(binary);
+            }
+            for (String name : exported) {
+                System.setProperty(name, serverAddr());
             }
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
@@ -184,6 +220,9 @@ public final class UnderstudyExtension
         int code = child.stop(Duration.ofSeconds(10));
         child = null;
         nodes.clear();
+        for (String name : exported) {
+            System.clearProperty(name);
+        }
         return code;
     }
 
@@ -527,10 +566,8 @@ public final class UnderstudyExtension
         }
     }
 
+    /** Starts the node or cluster if nothing runs yet: a test reads its addresses. */
     private void running() {
-        if (child == null) {
-            throw new IllegalStateException("understudy is not running: register the extension"
-                    + " (@RegisterExtension) or call start()");
-        }
+        ensureStarted();
     }
 }
