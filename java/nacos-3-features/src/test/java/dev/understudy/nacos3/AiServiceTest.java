@@ -16,6 +16,7 @@ import com.alibaba.nacos.api.ai.model.mcp.McpServerRemoteServiceConfig;
 import com.alibaba.nacos.api.ai.model.mcp.McpTool;
 import com.alibaba.nacos.api.ai.model.mcp.McpToolSpecification;
 import com.alibaba.nacos.api.ai.model.mcp.registry.ServerVersionDetail;
+import dev.understudy.junit.Await;
 import dev.understudy.junit.UnderstudyExtension;
 import java.time.Duration;
 import java.util.List;
@@ -92,7 +93,7 @@ class AiServiceTest {
         assertEquals(List.of("today"), first.getToolSpec().getTools().stream().map(McpTool::getName).toList());
 
         ai.registerMcpServerEndpoint("java-weather", "10.3.0.1", 8080, "1.1.0");
-        McpServerDetailInfo served = Wait.until("the endpoint behind the MCP server", Duration.ofSeconds(5),
+        McpServerDetailInfo served = Await.until("the endpoint behind the MCP server", Duration.ofSeconds(5),
                 () -> {
                     try {
                         return ai.getMcpServer("java-weather", "1.1.0");

@@ -9,6 +9,7 @@ import com.alibaba.nacos.api.config.listener.ConfigFuzzyWatchChangeEvent;
 import com.alibaba.nacos.api.naming.NamingFactory;
 import com.alibaba.nacos.api.naming.NamingService;
 import com.alibaba.nacos.api.naming.listener.FuzzyWatchChangeEvent;
+import dev.understudy.junit.Await;
 import dev.understudy.junit.UnderstudyExtension;
 import java.time.Duration;
 import java.util.List;
@@ -39,11 +40,11 @@ class FuzzyWatchTest {
                     });
             provider.registerInstance("payments.api", "FUZZY_GROUP", "10.2.0.9", 80);
             provider.registerInstance("orders.api", "FUZZY_GROUP", "10.2.0.1", 80);
-            Wait.until("the matching service's arrival", Duration.ofSeconds(5), () -> List.copyOf(seen),
+            Await.until("the matching service's arrival", Duration.ofSeconds(5), () -> List.copyOf(seen),
                     l -> l.contains("ADD_SERVICE FUZZY_GROUP/orders.api"));
             provider.deregisterInstance("orders.api", "FUZZY_GROUP", "10.2.0.1", 80);
             // An emptied service is removed after --empty-service-ttl-ms.
-            Wait.until("the matching service's removal", Duration.ofSeconds(10), () -> List.copyOf(seen),
+            Await.until("the matching service's removal", Duration.ofSeconds(10), () -> List.copyOf(seen),
                     l -> l.contains("DELETE_SERVICE FUZZY_GROUP/orders.api"));
             assertFalse(seen.stream().anyMatch(s -> s.contains("payments")), "told of a service that does not match: " + seen);
         } finally {
@@ -66,10 +67,10 @@ class FuzzyWatchTest {
             });
             publisher.publishConfig("db-settings", "FUZZY_GROUP", "not watched");
             publisher.publishConfig("app-settings", "FUZZY_GROUP", "watched");
-            Wait.until("the matching config's arrival", Duration.ofSeconds(5), () -> List.copyOf(seen),
+            Await.until("the matching config's arrival", Duration.ofSeconds(5), () -> List.copyOf(seen),
                     l -> l.contains("ADD_CONFIG FUZZY_GROUP/app-settings"));
             publisher.removeConfig("app-settings", "FUZZY_GROUP");
-            Wait.until("the matching config's removal", Duration.ofSeconds(5), () -> List.copyOf(seen),
+            Await.until("the matching config's removal", Duration.ofSeconds(5), () -> List.copyOf(seen),
                     l -> l.contains("DELETE_CONFIG FUZZY_GROUP/app-settings"));
             assertFalse(seen.stream().anyMatch(s -> s.contains("db-settings")), "told of a config that does not match: " + seen);
         } finally {

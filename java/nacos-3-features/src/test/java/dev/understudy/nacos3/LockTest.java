@@ -7,6 +7,7 @@ import com.alibaba.nacos.api.lock.LockService;
 import com.alibaba.nacos.api.lock.NacosLockFactory;
 import com.alibaba.nacos.client.lock.core.NLock;
 import com.alibaba.nacos.client.lock.core.NLockFactory;
+import dev.understudy.junit.Await;
 import dev.understudy.junit.UnderstudyExtension;
 import java.time.Duration;
 import java.util.Properties;
@@ -50,7 +51,7 @@ class LockTest {
             assertTrue(first.remoteTryLock(NLockFactory.getLock("java.lock.expiring", 1_000L)));
             assertFalse(second.remoteTryLock(NLockFactory.getLock("java.lock.expiring", 60_000L)),
                     "taken while the first client's second runs");
-            Wait.until("the expired lock taken by another client", Duration.ofSeconds(5),
+            Await.until("the expired lock taken by another client", Duration.ofSeconds(5),
                     () -> {
                         try {
                             return second.remoteTryLock(NLockFactory.getLock("java.lock.expiring", 60_000L));

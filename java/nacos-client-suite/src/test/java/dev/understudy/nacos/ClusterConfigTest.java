@@ -51,9 +51,12 @@ class ClusterConfigTest {
             // A publish through a node that lives reaches the listener once
             // the client has moved; the client reads and writes there too.
             ClusterNode survivor = Connections.another(cluster, connected);
-            Support.Answer published = Support.http("POST", survivor.url(), "/nacos/v1/cs/configs",
-                    Map.of("dataId", ID, "group", GROUP, "content", "after"));
-            assertEquals("true", published.body(), "publish over HTTP to " + survivor);
+            // Until the survivors have elected a leader (when the killed
+            // node led), a write is refused, saying so; then it is taken.
+            await("a publish over HTTP taken by " + survivor, Duration.ofSeconds(20),
+                    () -> Support.http("POST", survivor.url(), "/nacos/v1/cs/configs",
+                            Map.of("dataId", ID, "group", GROUP, "content", "after")).body(),
+                    "true"::equals);
             await("the listener hears the publish made after the kill", Duration.ofSeconds(20),
                     () -> List.copyOf(heard), l -> l.contains("after"));
             assertEquals("after", uncheck(() -> config.getConfig(ID, GROUP, 5000)));

@@ -10,6 +10,7 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.Map;
 import java.util.Properties;
+import java.util.function.Predicate;
 import java.util.function.Supplier;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -35,35 +36,8 @@ final class Support {
      * Waits until {@code check} returns a value {@code done} accepts, within
      * {@code within}; fails with {@code what} and the last value seen.
      */
-    static <T> T await(String what, Duration within, Supplier<T> check, java.util.function.Predicate<T> done) {
-        long deadline = System.nanoTime() + within.toNanos();
-        T last = null;
-        RuntimeException error = null;
-        while (true) {
-            try {
-                last = check.get();
-                error = null;
-                if (done.test(last)) {
-                    return last;
-                }
-            } catch (RuntimeException e) {
-                error = e;
-            }
-            if (System.nanoTime() > deadline) {
-                AssertionError failure = new AssertionError(
-                        what + ": not within " + within.toMillis() + " ms; last seen: " + last);
-                if (error != null) {
-                    failure.initCause(error);
-                }
-                throw failure;
-            }
-            try {
-                Thread.sleep(20);
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-                throw new AssertionError("interrupted waiting for " + what, e);
-            }
-        }
+    static <T> T await(String what, Duration within, Supplier<T> check, Predicate<T> done) {
+        return dev.understudy.junit.Await.until(what, within, check, done);
     }
 
     /** Client properties for {@code serverAddr}, with the user and password when auth is on. */

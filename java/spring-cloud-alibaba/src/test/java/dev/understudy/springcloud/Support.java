@@ -38,34 +38,7 @@ final class Support {
      * {@code within}; fails with {@code what} and the last value seen.
      */
     static <T> T await(String what, Duration within, Supplier<T> check, Predicate<T> done) {
-        long deadline = System.nanoTime() + within.toNanos();
-        T last = null;
-        RuntimeException error = null;
-        while (true) {
-            try {
-                last = check.get();
-                error = null;
-                if (done.test(last)) {
-                    return last;
-                }
-            } catch (RuntimeException e) {
-                error = e;
-            }
-            if (System.nanoTime() > deadline) {
-                AssertionError failure = new AssertionError(
-                        what + ": not within " + within.toMillis() + " ms; last seen: " + last);
-                if (error != null) {
-                    failure.initCause(error);
-                }
-                throw failure;
-            }
-            try {
-                Thread.sleep(50);
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-                throw new AssertionError("interrupted waiting for " + what, e);
-            }
-        }
+        return dev.understudy.junit.Await.until(what, within, check, done);
     }
 
     /** The instances understudy lists for {@code service}, as {@code ip:port}: {@code GET /nacos/v1/ns/instance/list}. */

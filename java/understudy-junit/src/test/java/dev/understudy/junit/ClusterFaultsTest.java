@@ -33,21 +33,7 @@ class ClusterFaultsTest {
     }
 
     static <T> T await(String what, Supplier<T> check, Predicate<T> done) {
-        long deadline = System.nanoTime() + Duration.ofSeconds(15).toNanos();
-        T last = null;
-        while (System.nanoTime() < deadline) {
-            last = check.get();
-            if (done.test(last)) {
-                return last;
-            }
-            try {
-                Thread.sleep(50);
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-                throw new AssertionError(e);
-            }
-        }
-        throw new AssertionError(what + ": not within 15 s; last seen: " + last);
+        return Await.until(what, Duration.ofSeconds(15), check, done);
     }
 
     String list(ClusterNode node) {
