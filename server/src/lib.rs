@@ -193,7 +193,13 @@ pub async fn serve(
         .into_make_service_with_connect_info::<admission::Peer>();
     let http = match &node.config().tls {
         None => {
-            let listener = admission::Limited::new(listeners.http, limits);
+            use axum::serve::ListenerExt as _;
+            // Answers go out as soon as they are written, never held back
+            // for a delayed ACK (Nagle).
+            let listener = listeners.http.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
+            let listener = admission::Limited::new(listener, limits);
             let server = axum::serve(listener, app).with_graceful_shutdown(stopped);
             tokio::spawn(async move { server.await })
         }

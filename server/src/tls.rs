@@ -101,6 +101,8 @@ impl TlsListener {
                         continue;
                     }
                 };
+                // As on a plain port: no answer waits for a delayed ACK.
+                let _ = stream.set_nodelay(true);
                 let Ok(permit) = tx.clone().reserve_owned().await else {
                     return;
                 };

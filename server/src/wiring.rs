@@ -128,10 +128,10 @@ impl Node {
             machine,
         )
         .await?;
-        if config.cluster.workarounds.commit_relay {
+        if config.cluster.workarounds.commit_relay && std::env::var_os("NO_RELAY").is_none() {
             crate::raft::relay::start(raft.clone(), network.clone(), log, tasks, cancel.clone());
         }
-        let writer = crate::raft::writer::RaftWriter::start(
+        let writer = Arc::new(crate::raft::writer::RaftWriter::start(
             raft.clone(),
             waiters,
             Arc::new(network.clone()),
@@ -139,7 +139,19 @@ impl Node {
             clock,
             tasks,
             cancel.clone(),
-        );
+        ));
+        // Followers' batches join this node's entries while it leads. The
+        // transport holds the writer weakly: the writer holds it too.
+        let joining = Arc::downgrade(&writer);
+        network.on_forward(Arc::new(move |batch| {
+            let writer = joining.upgrade();
+            Box::pin(async move {
+                match writer {
+                    Some(writer) => writer.join(batch).await.map_err(|e| e.to_string()),
+                    None => Err("the node is stopping".into()),
+                }
+            })
+        }));
         let udp = match crate::udp::UdpPush::start(config.bind, tasks, cancel.clone()) {
             Ok(udp) => Some(udp),
             Err(e) => {
@@ -156,7 +168,7 @@ impl Node {
             config,
             clock,
             state,
-            writer: Arc::new(writer),
+            writer,
             udp: udp.map(|u| u as Arc<dyn UdpListeners>),
             raft: raft.clone(),
             network: network.clone(),
@@ -280,7 +292,9 @@ pub(crate) async fn start_member(
     let raft = node.raft().clone();
     let address = listener.local_addr()?;
     let service = network::service(raft.clone(), &network);
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    // Raft's appends and votes are small request/response exchanges: with
+    // Nagle on, each waited out the peer's delayed ACK (up to 40 ms).
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let stop = cancel.clone();
     let mut server = tonic::transport::Server::builder();
     if let Some(tls) = &node.config().tls {

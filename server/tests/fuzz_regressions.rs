@@ -501,6 +501,7 @@ async fn raft_seeds() -> Vec<(&'static str, Vec<u8>)> {
         seq: 1,
         commands,
         stamp_ms: 1_700_000_000_000,
+        joined: Vec::new(),
     };
     let log_id = |index| LogId::new(CommittedLeaderId::new(1, 1), index);
     let membership = Entry::<TypeConfig> {

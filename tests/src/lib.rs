@@ -15,6 +15,7 @@
 
 pub mod cluster;
 pub mod nacos_grpc;
+pub mod sockets;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -212,6 +213,8 @@ pub struct Server {
     pub http: SocketAddr,
     /// Its gRPC address.
     pub grpc: SocketAddr,
+    /// Its raft address, for a node with peers.
+    pub raft: Option<SocketAddr>,
     /// `https` when it serves TLS, else `http`.
     pub scheme: &'static str,
     stop: CancellationToken,
@@ -344,6 +347,10 @@ impl Server {
     async fn serve(config: ValidConfig, listeners: Listeners) -> anyhow::Result<Self> {
         let http = listeners.http.local_addr()?;
         let grpc = listeners.grpc.local_addr()?;
+        let raft = match &listeners.raft {
+            Some(raft) => Some(raft.local_addr()?),
+            None => None,
+        };
         let stop = CancellationToken::new();
         let shutdown = stop.clone().cancelled_owned();
         let scheme = if config.tls.is_some() {
@@ -355,6 +362,7 @@ impl Server {
         Ok(Self {
             http,
             grpc,
+            raft,
             scheme,
             stop,
             handle: Some(handle),

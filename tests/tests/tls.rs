@@ -175,17 +175,27 @@ async fn cluster_nodes_verify_each_other_over_tls() -> anyhow::Result<()> {
     // 127.0.0.1, which is what the peers check.
     let servers = Server::start_cluster(3, pki.settings()).await?;
     let http = pki.http()?;
-    let reply = http
-        .post(servers[1].url("/nacos/v1/ns/instance"))
-        .form(&[
-            ("serviceName", "replicated"),
-            ("ip", "10.5.1.1"),
-            ("port", "443"),
-            ("ephemeral", "false"),
-        ])
-        .send()
-        .await?;
-    assert_eq!(reply.text().await?, "ok");
+    // A write through every node (a follower forwards its own over TLS)
+    // and a gRPC call to each, so every port has accepted a connection.
+    let mut clients = Vec::new();
+    for (n, server) in servers.iter().enumerate() {
+        let reply = http
+            .post(server.url("/nacos/v1/ns/instance"))
+            .form(&[
+                ("serviceName", "replicated"),
+                ("ip", "10.5.1.1"),
+                ("port", &(443 + n).to_string()),
+                ("ephemeral", "false"),
+            ])
+            .send()
+            .await?;
+        assert_eq!(reply.text().await?, "ok");
+        let mut client = grpc(server, &pki.path("ca.pem")).await?;
+        client
+            .list_namespaces(ListNamespacesRequest::default())
+            .await?;
+        clients.push(client);
+    }
     for server in &servers {
         let url = server.url("/nacos/v1/ns/instance/list?serviceName=replicated");
         assert!(
@@ -201,6 +211,9 @@ async fn cluster_nodes_verify_each_other_over_tls() -> anyhow::Result<()> {
             server.http
         );
     }
+    // The TLS ports too send without Nagle's delay (see nodelay.rs).
+    understudy_tests::sockets::check_nodelay(&servers)?;
+    drop(clients);
     for server in servers {
         server.stop().await?;
     }

@@ -555,8 +555,15 @@ pub async fn run(plan: &Plan, json: &Path) -> anyhow::Result<Vec<Run>> {
             if plan.cluster_nodes > 1 {
                 let shape = Shape::cluster(plan.cluster_nodes);
                 let cluster = spawn(plan, kind, shape, &mut ports).await?;
-                let t = &cluster.target;
-                record(super::register(t, plan.clients, plan.services, seconds).await?)?;
+                // Through the leader alone, then through the followers
+                // alone (each forwards its writes to the leader); the
+                // CPU counted is every node's.
+                let (leader, _) = super::failover::steady(&cluster.target.http, None).await?;
+                let followers = (0..plan.cluster_nodes).filter(|n| *n != leader).collect();
+                for (via, nodes) in [("leader", vec![leader]), ("followers", followers)] {
+                    let t = cluster.target.through(&nodes, via);
+                    record(super::register(&t, plan.clients, plan.services, seconds).await?)?;
+                }
                 drop(cluster);
             }
             if plan.kills > 0 {

@@ -175,7 +175,7 @@ async fn status(addr: std::net::SocketAddr) -> Option<serde_json::Value> {
 /// Waits until every node answers and names the same leader, and a node
 /// started again has applied up to `restarted`'s revision; returns the
 /// leader (counting from 0) and its revision.
-async fn steady(
+pub(super) async fn steady(
     http: &[std::net::SocketAddr],
     restarted: Option<(usize, u64)>,
 ) -> anyhow::Result<(usize, u64)> {

@@ -60,6 +60,17 @@ impl Target {
         self.http[c % self.http.len()]
     }
 
+    /// The same servers, reached only through the nodes `nodes` (counting
+    /// from 0), named `NAME via VIA`; every process is still measured.
+    pub fn through(&self, nodes: &[usize], via: &str) -> Target {
+        Target {
+            name: format!("{} via {via}", self.name),
+            grpc: nodes.iter().map(|n| self.grpc[*n]).collect(),
+            http: nodes.iter().map(|n| self.http[*n]).collect(),
+            ..self.clone()
+        }
+    }
+
     async fn connect(&self, c: usize) -> anyhow::Result<Conn> {
         if self.echo {
             Conn::connect_echo(self.grpc(c), None).await

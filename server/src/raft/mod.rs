@@ -35,9 +35,12 @@ pub use crate::member::{Member, NodeId};
 
 /// One log entry's payload: commands proposed together, with who proposed
 /// them so that node (and only it) hands the results back to its callers.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The leader joins the batches its followers forward into the entry it
+/// proposes next: the first commands are its own (`origin`, `seq`), each
+/// [`Joined`] part names the proposer of the commands after them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Batch {
-    /// The node whose callers wait for the results.
+    /// The node whose callers wait for the results of the first commands.
     pub origin: NodeId,
     /// The origin's proposal number.
     pub seq: u64,
@@ -45,8 +48,23 @@ pub struct Batch {
     pub commands: Vec<Command>,
     /// The proposer's wall clock when it proposed them, ms since the
     /// epoch: what view lag and register-to-visible delays are measured
-    /// from (see [`crate::view`]).
+    /// from (see [`crate::view`]); for joined batches, the earliest.
     pub stamp_ms: u64,
+    /// Batches of other proposers joined into this entry, in the order of
+    /// their commands, which end the list (format 7; empty before).
+    pub joined: Vec<Joined>,
+}
+
+/// A proposer's batch joined into another's entry: the next `count`
+/// commands are its.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Joined {
+    /// The node whose callers wait for these results.
+    pub origin: NodeId,
+    /// Its proposal number.
+    pub seq: u64,
+    /// How many commands are its.
+    pub count: u32,
 }
 
 impl Batch {
@@ -57,12 +75,65 @@ impl Batch {
             seq: 0,
             commands: Vec::new(),
             stamp_ms,
+            joined: Vec::new(),
         }
     }
 
     /// Whether this is a tick (no one waits for its results).
     pub fn is_tick(&self) -> bool {
         self.commands.is_empty()
+    }
+
+    /// Every proposer's part, in order: its origin, its sequence and how
+    /// many commands are its (the first part may hold none).
+    pub fn parts(&self) -> impl Iterator<Item = Joined> + '_ {
+        let joined: usize = self.joined.iter().map(|j| j.count as usize).sum();
+        let first = Joined {
+            origin: self.origin,
+            seq: self.seq,
+            count: u32::try_from(self.commands.len().saturating_sub(joined)).unwrap_or(u32::MAX),
+        };
+        std::iter::once(first).chain(self.joined.iter().copied())
+    }
+}
+
+impl<'de> Deserialize<'de> for Batch {
+    /// Reads format 7, or a batch of an older format (no joined parts),
+    /// as [`codec::decode`] says which it reads.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Current {
+            origin: NodeId,
+            seq: u64,
+            commands: Vec<Command>,
+            stamp_ms: u64,
+            joined: Vec<Joined>,
+        }
+        #[derive(Deserialize)]
+        struct Before7 {
+            origin: NodeId,
+            seq: u64,
+            commands: Vec<Command>,
+            stamp_ms: u64,
+        }
+        if codec::reading_before(7) {
+            let b = Before7::deserialize(deserializer)?;
+            return Ok(Self {
+                origin: b.origin,
+                seq: b.seq,
+                commands: b.commands,
+                stamp_ms: b.stamp_ms,
+                joined: Vec::new(),
+            });
+        }
+        let c = Current::deserialize(deserializer)?;
+        Ok(Self {
+            origin: c.origin,
+            seq: c.seq,
+            commands: c.commands,
+            stamp_ms: c.stamp_ms,
+            joined: c.joined,
+        })
     }
 }
 

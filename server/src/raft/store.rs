@@ -407,8 +407,15 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                         answers.push(BatchApplied {
                             commands: results.len(),
                         });
-                        if batch.origin == self.node_id {
-                            self.waiters.deliver(batch.seq, results);
+                        // Each proposer of this node takes its part's results.
+                        let mut results = results.into_iter();
+                        for part in batch.parts() {
+                            let theirs = results.by_ref().take(part.count as usize);
+                            if part.origin == self.node_id {
+                                self.waiters.deliver(part.seq, theirs.collect());
+                            } else {
+                                theirs.for_each(drop);
+                            }
                         }
                     }
                     if let Some(view) = &self.view {
@@ -533,6 +540,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
 
 #[cfg(test)]
 mod tests {
+    use super::super::{Batch, Joined};
     use super::*;
     use crate::config::ValidConfig;
     use openraft::{CommittedLeaderId, Membership};
@@ -546,6 +554,7 @@ mod tests {
                 seq: index,
                 commands,
                 stamp_ms: 0,
+                joined: Vec::new(),
             })),
         }
     }
@@ -594,6 +603,61 @@ mod tests {
         assert!(
             matches!(theirs.try_recv(), Err(oneshot::error::TryRecvError::Empty)),
             "no result here for a batch applied by another node's machine"
+        );
+    }
+
+    #[tokio::test]
+    async fn each_joined_proposer_takes_its_own_commands_results() {
+        let waiters = Waiters::default();
+        // Node 2 forwarded two commands (its seq 7) into leader 1's entry
+        // after one of the leader's own (seq 3), and node 3 one (seq 9).
+        let (mut machine, _) = machine(2, waiters.clone());
+        let (mine, leaders) = (waiters.register(7), waiters.register(3));
+        let mut batch = Batch {
+            origin: 1,
+            seq: 3,
+            commands: (1..=4).map(register).collect(),
+            stamp_ms: 0,
+            joined: vec![
+                Joined {
+                    origin: 2,
+                    seq: 7,
+                    count: 2,
+                },
+                Joined {
+                    origin: 3,
+                    seq: 9,
+                    count: 1,
+                },
+            ],
+        };
+        // The same port twice: the second of node 2's two is a change.
+        batch.commands[2] = register(2);
+        let entry = Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), 1),
+            payload: EntryPayload::Normal(Arc::new(batch)),
+        };
+        machine.apply(vec![entry]).await.unwrap();
+        let results = mine.await.unwrap();
+        assert_eq!(results.len(), 2, "node 2 takes its two results");
+        let ports: Vec<u16> = results
+            .iter()
+            .flat_map(|r| r.as_ref().unwrap())
+            .map(|change| match &change.event {
+                understudy_core::Event::InstanceAdded { instance, .. }
+                | understudy_core::Event::InstanceChanged { instance, .. } => instance.port,
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            ports,
+            vec![2],
+            "the first registers port 2, the second changes nothing"
+        );
+        let mut leaders = leaders;
+        assert!(
+            leaders.try_recv().is_err(),
+            "the leader's part is for node 1's machine, not this one"
         );
     }
 

@@ -2,8 +2,10 @@
 //! (removals and health changes first), a batch becomes one raft entry,
 //! and each caller is answered once the entry is applied on this node —
 //! read-your-writes here, whichever node leads. On a follower the batch is
-//! forwarded to the leader; on a node that knows no leader the write is
-//! refused as unavailable, naming the leader when one is known.
+//! forwarded to the leader, which joins it into the next entry it
+//! proposes (with its own commands and other followers' batches); on a
+//! node that knows no leader the write is refused as unavailable, naming
+//! the leader when one is known.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -16,7 +18,7 @@ use tokio_util::task::TaskTracker;
 use understudy_core::{Change, Command};
 
 use super::store::{Results, Waiters};
-use super::{Batch, Member, NodeId, Raft};
+use super::{Batch, Joined, Member, NodeId, Raft};
 use crate::write::{Applied, BoxFuture, Propose, ProposeError};
 
 /// Most commands gathered into one entry (one job of more stays whole).
@@ -48,7 +50,21 @@ pub trait Forward: Send + Sync + 'static {
 /// Commands that go into one entry together, and where their results go.
 struct Job {
     commands: Vec<Command>,
-    reply: oneshot::Sender<Result<Vec<CommandResult>, ProposeError>>,
+    reply: Reply,
+}
+
+/// Who waits for a job.
+enum Reply {
+    /// This node's callers, for the results.
+    Here(oneshot::Sender<Result<Vec<CommandResult>, ProposeError>>),
+    /// A batch a follower forwarded (its proposers' parts and its stamp),
+    /// for the index of the entry that holds it, once applied here; the
+    /// proposers take their results from their own state machines.
+    Joined {
+        parts: Vec<Joined>,
+        stamp_ms: u64,
+        reply: oneshot::Sender<Result<u64, ProposeError>>,
+    },
 }
 
 /// What one applied command did, or why the registry refused it.
@@ -59,6 +75,8 @@ pub(crate) struct RaftWriter {
     urgent: mpsc::Sender<Job>,
     normal: mpsc::Sender<Job>,
     timeout: Duration,
+    raft: Raft,
+    node_id: NodeId,
 }
 
 /// What the proposing task needs.
@@ -87,7 +105,7 @@ impl RaftWriter {
         let (urgent, urgent_rx) = mpsc::channel(config.writes.queue);
         let (normal, normal_rx) = mpsc::channel(config.writes.queue);
         let proposer = Arc::new(Proposer {
-            raft,
+            raft: raft.clone(),
             node_id: config.node_id,
             waiters,
             forward,
@@ -103,6 +121,8 @@ impl RaftWriter {
             urgent,
             normal,
             timeout,
+            raft,
+            node_id: config.node_id,
         }
     }
 }
@@ -111,7 +131,7 @@ impl Propose for RaftWriter {
     fn propose(&self, command: Command) -> BoxFuture<'_, Result<Applied, ProposeError>> {
         Box::pin(async move {
             let urgent = command.op.is_urgent();
-            let mut results = self.enqueue(vec![command], urgent).await?;
+            let mut results = self.results(vec![command], urgent).await?;
             match results.pop() {
                 Some(Ok(changes)) => Ok(Applied { changes }),
                 Some(Err(e)) => Err(ProposeError::Rejected(e)),
@@ -129,7 +149,7 @@ impl Propose for RaftWriter {
             if commands.is_empty() {
                 return Ok(Vec::new());
             }
-            let results = self.enqueue(commands, false).await?;
+            let results = self.results(commands, false).await?;
             Ok(results
                 .into_iter()
                 .map(|r| r.map(|changes| Applied { changes }))
@@ -140,32 +160,62 @@ impl Propose for RaftWriter {
 
 impl RaftWriter {
     /// Queues `commands` as one job (one entry) and waits for their results.
-    async fn enqueue(
+    async fn results(
         &self,
         commands: Vec<Command>,
         urgent: bool,
     ) -> Result<Vec<CommandResult>, ProposeError> {
-        {
-            let queue = if urgent { &self.urgent } else { &self.normal };
-            let (reply, answer) = oneshot::channel();
-            match queue
-                .send_timeout(Job { commands, reply }, self.timeout)
-                .await
-            {
-                Ok(()) => {}
-                Err(mpsc::error::SendTimeoutError::Timeout(_)) => {
-                    metrics::counter!("understudy_writes_refused_total", "reason" => "busy")
-                        .increment(1);
-                    return Err(ProposeError::Busy);
-                }
-                Err(mpsc::error::SendTimeoutError::Closed(_)) => {
-                    return Err(ProposeError::ShuttingDown)
-                }
+        let (reply, answer) = oneshot::channel();
+        self.enqueue(
+            Job {
+                commands,
+                reply: Reply::Here(reply),
+            },
+            urgent,
+        )
+        .await?;
+        answer.await.unwrap_or(Err(ProposeError::ShuttingDown))
+    }
+
+    /// Joins a batch a follower forwarded into the next entry this node
+    /// proposes, and answers that entry's index once it is applied here.
+    /// Refused when this node does not lead (as far as it knows): the
+    /// follower then learns of the leader in its own time.
+    pub(crate) async fn join(&self, batch: Batch) -> Result<u64, ProposeError> {
+        if !self.leads() {
+            return Err(ProposeError::Unavailable {
+                reason: "this node is not the leader".into(),
+            });
+        }
+        let urgent = batch.commands.iter().any(|c| c.op.is_urgent());
+        let parts = batch.parts().collect();
+        let (reply, answer) = oneshot::channel();
+        let job = Job {
+            commands: batch.commands,
+            reply: Reply::Joined {
+                parts,
+                stamp_ms: batch.stamp_ms,
+                reply,
+            },
+        };
+        self.enqueue(job, urgent).await?;
+        answer.await.unwrap_or(Err(ProposeError::ShuttingDown))
+    }
+
+    fn leads(&self) -> bool {
+        self.raft.metrics().borrow().current_leader == Some(self.node_id)
+    }
+
+    async fn enqueue(&self, job: Job, urgent: bool) -> Result<(), ProposeError> {
+        let queue = if urgent { &self.urgent } else { &self.normal };
+        match queue.send_timeout(job, self.timeout).await {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::SendTimeoutError::Timeout(_)) => {
+                metrics::counter!("understudy_writes_refused_total", "reason" => "busy")
+                    .increment(1);
+                Err(ProposeError::Busy)
             }
-            match answer.await {
-                Ok(outcome) => outcome,
-                Err(_) => Err(ProposeError::ShuttingDown),
-            }
+            Err(mpsc::error::SendTimeoutError::Closed(_)) => Err(ProposeError::ShuttingDown),
         }
     }
 }
@@ -211,30 +261,61 @@ async fn run(
     urgent.close();
     normal.close();
     while let Ok(job) = urgent.try_recv().or_else(|_| normal.try_recv()) {
-        let _ = job.reply.send(Err(ProposeError::ShuttingDown));
+        job.reply.fail(ProposeError::ShuttingDown);
+    }
+}
+
+impl Reply {
+    fn fail(self, e: ProposeError) {
+        // The caller may have given up.
+        match self {
+            Reply::Here(reply) => drop(reply.send(Err(e))),
+            Reply::Joined { reply, .. } => drop(reply.send(Err(e))),
+        }
     }
 }
 
 impl Proposer {
     async fn propose(&self, jobs: Vec<Job>) {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let mut stamp_ms = self.clock.wall_ms();
+        // This node's commands first, then each joined batch's.
         let mut commands = Vec::new();
-        let mut replies = Vec::with_capacity(jobs.len());
+        let mut here = Vec::new();
+        let mut joined = Vec::new();
+        let mut joined_commands = Vec::new();
+        let mut joined_replies = Vec::new();
         for job in jobs {
-            replies.push((job.commands.len(), job.reply));
-            commands.extend(job.commands);
+            match job.reply {
+                Reply::Here(reply) => {
+                    here.push((job.commands.len(), reply));
+                    commands.extend(job.commands);
+                }
+                Reply::Joined {
+                    parts,
+                    stamp_ms: stamp,
+                    reply,
+                } => {
+                    joined.extend(parts);
+                    joined_commands.extend(job.commands);
+                    stamp_ms = stamp_ms.min(stamp);
+                    joined_replies.push(reply);
+                }
+            }
         }
         let count = commands.len();
+        commands.extend(joined_commands);
         let batch = Arc::new(Batch {
             origin: self.node_id,
             seq,
             commands,
-            stamp_ms: self.clock.wall_ms(),
+            stamp_ms,
+            joined,
         });
         let applied = self.waiters.register(seq);
         let outcome = match self.submit(&batch).await {
-            Ok(()) => match tokio::time::timeout(self.timeout, applied).await {
-                Ok(Ok(results)) => Ok(results),
+            Ok(index) => match tokio::time::timeout(self.timeout, applied).await {
+                Ok(Ok(results)) => Ok((index, results)),
                 Ok(Err(_)) => Err(ProposeError::ShuttingDown),
                 Err(_) => Err(ProposeError::Unavailable {
                     reason: "the write was committed but not applied on this node within the write timeout".into(),
@@ -245,15 +326,21 @@ impl Proposer {
         self.waiters.forget(seq);
         metrics::counter!("understudy_commands_applied_total").increment(count as u64);
         match outcome {
-            Ok(results) => {
+            Ok((index, results)) => {
                 let mut results = pad(results);
-                for (n, reply) in replies {
+                for (n, reply) in here {
                     // The caller may have given up; the write stands.
                     let _ = reply.send(Ok(results.by_ref().take(n).collect()));
                 }
+                for reply in joined_replies {
+                    let _ = reply.send(Ok(index));
+                }
             }
             Err(e) => {
-                for (_, reply) in replies {
+                for (_, reply) in here {
+                    let _ = reply.send(Err(e.clone()));
+                }
+                for reply in joined_replies {
                     let _ = reply.send(Err(e.clone()));
                 }
             }
@@ -262,7 +349,12 @@ impl Proposer {
 
     /// Gets the batch committed: directly when leading, else through the
     /// leader.
-    async fn submit(&self, batch: &Arc<Batch>) -> Result<(), ProposeError> {
+    async fn submit(&self, batch: &Arc<Batch>) -> Result<u64, ProposeError> {
+        // A follower that knows its leader forwards at once; raft's core
+        // would only answer the same.
+        if let Some((leader, member)) = self.leader_elsewhere() {
+            return self.forward_to(leader, &member, batch).await;
+        }
         // A leader cut off from its quorum would wait for ever: the write
         // timeout bounds it (the entry may still commit later if the
         // partition heals before a new leader overwrites it).
@@ -276,20 +368,10 @@ impl Proposer {
             });
         };
         match written {
-            Ok(_) => Ok(()),
+            Ok(written) => Ok(written.log_id.index),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(to))) => {
                 match (to.leader_id, to.leader_node) {
-                    (Some(leader), Some(member)) => self
-                        .forward
-                        .forward(leader, &member, batch)
-                        .await
-                        .map(|_| ())
-                        .map_err(|reason| ProposeError::Unavailable {
-                            reason: format!(
-                                "this node is not the leader and forwarding to leader {leader} at {} failed: {reason}",
-                                member.raft_addr
-                            ),
-                        }),
+                    (Some(leader), Some(member)) => self.forward_to(leader, &member, batch).await,
                     _ => Err(ProposeError::Unavailable {
                         reason: "this node is not the leader and knows no leader (no quorum)"
                             .into(),
@@ -306,6 +388,34 @@ impl Proposer {
                 Err(ProposeError::ShuttingDown)
             }
         }
+    }
+}
+
+impl Proposer {
+    /// The leader this node's raft knows of, when it is another node.
+    fn leader_elsewhere(&self) -> Option<(NodeId, Member)> {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        let leader = metrics.current_leader.filter(|l| *l != self.node_id)?;
+        let member = metrics.membership_config.membership().get_node(&leader)?;
+        Some((leader, member.clone()))
+    }
+
+    async fn forward_to(
+        &self,
+        leader: NodeId,
+        member: &Member,
+        batch: &Batch,
+    ) -> Result<u64, ProposeError> {
+        self.forward
+            .forward(leader, member, batch)
+            .await
+            .map_err(|reason| ProposeError::Unavailable {
+                reason: format!(
+                    "this node is not the leader and forwarding to leader {leader} at {} failed: {reason}",
+                    member.raft_addr
+                ),
+            })
     }
 }
 

@@ -172,6 +172,17 @@ struct Shared {
     contacts: Contacts,
     beats: Beats,
     admin: Admin,
+    joins: Joins,
+}
+
+/// The handler of forwarded batches, once the node has set it.
+#[derive(Clone, Default)]
+struct Joins(Arc<std::sync::OnceLock<JoinHandler>>);
+
+impl fmt::Debug for Joins {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Joins(..)")
+    }
 }
 
 /// The admin handler, once the node has set it.
@@ -323,6 +334,11 @@ pub enum AdminReply {
 /// Answers admin requests sent to this node.
 pub type AdminHandler = Arc<dyn Fn(AdminRequest) -> AdminReply + Send + Sync>;
 
+/// Joins a batch a follower forwarded into this node's next entry and
+/// answers that entry's index once it is applied (or why not).
+pub type JoinHandler =
+    Arc<dyn Fn(Batch) -> crate::write::BoxFuture<'static, Result<u64, String>> + Send + Sync>;
+
 /// Answers beats forwarded to this node.
 pub type BeatHandler = Arc<dyn Fn(&LiveKey) -> BeatOutcome + Send + Sync>;
 
@@ -385,9 +401,16 @@ impl Network {
                 channels: Mutex::new(HashMap::new()),
                 contacts: Contacts::default(),
                 beats: Beats::default(),
+                joins: Joins::default(),
                 admin: Admin::default(),
             }),
         }
+    }
+
+    /// Sets how this node takes the batches followers forward to it
+    /// (once; until then each becomes an entry of its own).
+    pub fn on_forward(&self, handler: JoinHandler) {
+        let _ = self.shared.joins.0.set(handler);
     }
 
     /// Sets how this node answers beats forwarded to it (once; the node

@@ -20,8 +20,8 @@ use understudy_proto::raft::{RaftReply, RaftRequest};
 
 use super::super::{codec, Batch, NodeId, TypeConfig};
 use super::{
-    Admin, AdminReply, AdminRequest, Beats, ClusterSecret, Contacts, Network, MAX_MESSAGE_BYTES,
-    SECRET_METADATA,
+    Admin, AdminReply, AdminRequest, Beats, ClusterSecret, Contacts, Joins, Network,
+    MAX_MESSAGE_BYTES, SECRET_METADATA,
 };
 use crate::faults::LinkFaults;
 
@@ -72,6 +72,7 @@ pub fn service(raft: super::super::Raft, network: &Network) -> Routes {
         gate,
         beats: shared.beats.clone(),
         admin: shared.admin.clone(),
+        joins: shared.joins.clone(),
     })
     .max_decoding_message_size(MAX_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -216,6 +217,7 @@ struct PeerService {
     gate: Gate,
     beats: Beats,
     admin: Admin,
+    joins: Joins,
 }
 
 impl fmt::Debug for PeerService {
@@ -252,6 +254,16 @@ impl PeerRpc for PeerService {
         use peer::forward_reply::Outcome;
         let request = self.gate.admit(request, |r| r.route, true)?;
         let batch: Batch = decode(&request.batch, "forwarded batch")?;
+        if let Some(join) = self.joins.0.get() {
+            // Joined into this node's next entry, with other batches.
+            let outcome = match join(batch).await {
+                Ok(index) => Outcome::CommittedIndex(index),
+                Err(reason) => return Err(Status::unavailable(reason)),
+            };
+            return Ok(tonic::Response::new(peer::ForwardReply {
+                outcome: Some(outcome),
+            }));
+        }
         let outcome = match self.raft.client_write(Arc::new(batch)).await {
             Ok(written) => Outcome::CommittedIndex(written.log_id.index),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(to))) => {

@@ -93,6 +93,7 @@ fn batch() -> Batch {
         seq: 1,
         commands: vec![Command::new(1, op)],
         stamp_ms: 0,
+        joined: Vec::new(),
     }
 }
 
