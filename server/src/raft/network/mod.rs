@@ -26,7 +26,6 @@ use openraft::{RPCTypes, RaftNetwork, RaftNetworkFactory};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use thiserror::Error;
-use tonic::metadata::{AsciiMetadataValue, MetadataMap};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 use understudy_proto::peer::{self, peer_client::PeerClient};
@@ -39,11 +38,16 @@ use super::{codec, Batch, Member, NodeId, TypeConfig};
 use crate::faults::{LinkDown, LinkFaults};
 
 mod admin;
+mod contacts;
 mod convert;
+mod secret;
 mod service;
 #[cfg(test)]
 mod tests;
 
+pub use contacts::Contacts;
+pub(crate) use secret::secret_matches;
+pub use secret::{ClusterSecret, InvalidSecret};
 pub use service::{service, RaftService};
 
 /// The request metadata key that carries the cluster secret.
@@ -54,51 +58,6 @@ pub const SECRET_METADATA: &str = "x-understudy-secret";
 /// append that would exceed it is split by openraft (see
 /// [`RPCError::PayloadTooLarge`]).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
-
-// ---------------------------------------------------------------------------
-// The cluster secret
-
-/// The shared secret every raft call carries; its `Debug` never shows it.
-#[derive(Clone)]
-pub struct ClusterSecret(AsciiMetadataValue);
-
-/// A secret that cannot travel as gRPC metadata.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("the cluster secret must be non-empty visible ASCII (it travels as gRPC metadata)")]
-pub struct InvalidSecret;
-
-impl ClusterSecret {
-    /// Checks that `secret` can travel as metadata.
-    pub fn new(secret: &str) -> Result<Self, InvalidSecret> {
-        if secret.is_empty() || !secret.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(InvalidSecret);
-        }
-        AsciiMetadataValue::try_from(secret)
-            .map(Self)
-            .map_err(|_| InvalidSecret)
-    }
-
-    /// Whether `metadata` carries this secret. Compares in time independent
-    /// of where the bytes differ (`subtle`), so a peer cannot guess it
-    /// byte by byte.
-    fn is_in(&self, metadata: &MetadataMap) -> bool {
-        metadata
-            .get(SECRET_METADATA)
-            .is_some_and(|given| secret_matches(self.0.as_bytes(), given.as_bytes()))
-    }
-}
-
-/// Whether `given` is the secret `want`, compared in constant time.
-pub(crate) fn secret_matches(want: &[u8], given: &[u8]) -> bool {
-    use subtle::ConstantTimeEq as _;
-    want.ct_eq(given).into()
-}
-
-impl fmt::Debug for ClusterSecret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ClusterSecret(..)")
-    }
-}
 
 // ---------------------------------------------------------------------------
 // The client side
@@ -130,26 +89,6 @@ impl Default for NetworkOptions {
             backoff: Duration::from_millis(500),
             tls: None,
         }
-    }
-}
-
-/// When this node last heard from each peer: an answer to a call it made,
-/// or a call a peer made to it. The leader judges from it that a member is
-/// gone; a follower, that it has lost its leader. Clones share the record.
-#[derive(Debug, Clone, Default)]
-pub struct Contacts(Arc<Mutex<HashMap<NodeId, tokio::time::Instant>>>);
-
-impl Contacts {
-    fn heard(&self, peer: NodeId) {
-        // Only whole values are inserted, so a poisoned map is intact.
-        let mut last = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        last.insert(peer, tokio::time::Instant::now());
-    }
-
-    /// When `peer` was last heard from, if ever.
-    pub fn last(&self, peer: NodeId) -> Option<tokio::time::Instant> {
-        let last = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        last.get(&peer).copied()
     }
 }
 
