@@ -93,6 +93,19 @@ fn ratio_row(what: &str, ours: Option<f64>, other: Option<f64>, wanted: f64) -> 
     }
 }
 
+/// A ratio that must stay at or below `most` (a cost against another's).
+fn ratio_at_most_row(what: &str, ours: Option<f64>, other: Option<f64>, most: f64) -> Row {
+    let ratio = ours
+        .zip(other)
+        .filter(|(_, o)| *o > 0.0)
+        .map(|(u, o)| u / o);
+    Row {
+        wanted: format!("≤ {most}×"),
+        met: verdict(ratio.map(|r| r <= most)),
+        ..ratio_row(what, ours, other, 0.0)
+    }
+}
+
 fn bound_row(what: &str, ours: Option<f64>, other: Option<f64>, unit: &str, most: f64) -> Row {
     Row {
         what: what.to_owned(),
@@ -158,19 +171,13 @@ pub fn summary(runs: &[Run], plan: &Plan) -> String {
     }
     rows.push(push);
     let per_push = |t: &str| f.per_cpu(t, "push").map(|ops| 1e6 / ops);
-    let mut cpu = ratio_row(
+    let mut cpu = ratio_at_most_row(
         "server CPU per delivered push, its answer read (µs) ÷ tonic fan-out",
         per_push(u),
         per_push(c),
-        0.0,
+        1.2,
     );
-    let ratio = per_push(u)
-        .zip(per_push(c))
-        .filter(|(_, c)| *c > 0.0)
-        .map(|(u, c)| u / c);
     cpu.other = format!("{}; r-nacos {}", cpu.other, num(per_push(r), ""));
-    cpu.wanted = "≤ 1.2×".into();
-    cpu.met = verdict(ratio.map(|r| r <= 1.2));
     rows.push(cpu);
     let per_instance = |t: &str| f.get(t, "memory", |r| r.rss_bytes_per_instance);
     rows.push(bound_row(
@@ -204,19 +211,12 @@ pub fn summary(runs: &[Run], plan: &Plan) -> String {
         f.rate(u, "register"),
         0.8,
     ));
-    let mut rss = ratio_row(
+    rows.push(ratio_at_most_row(
         "durable RSS per instance ÷ in-memory (bytes)",
         per_instance(d),
         per_instance(u),
-        0.0,
-    );
-    let ratio = per_instance(d)
-        .zip(per_instance(u))
-        .filter(|(_, m)| *m > 0.0)
-        .map(|(d, m)| d / m);
-    rss.wanted = "≤ 1.3×".into();
-    rss.met = verdict(ratio.map(|r| r <= 1.3));
-    rows.push(rss);
+        1.3,
+    ));
     let instances = (plan.memory_services * plan.memory_per_service).max(1) as f64;
     let on_disk = |mode: &str| f.get(d, mode, |r| r.disk_bytes.map(|b| b as f64));
     rows.push(Row {

@@ -409,8 +409,7 @@ impl Node {
 
     /// Whether this node leads its cluster (a single node, once formed).
     pub fn leads(&self) -> bool {
-        self.inner.parts.raft.metrics().borrow().current_leader
-            == Some(self.inner.parts.config.node_id)
+        crate::raft::leads(&self.inner.parts.raft, self.inner.parts.config.node_id)
     }
 
     /// How long this node has been cut off from a working majority: a
@@ -468,7 +467,7 @@ async fn take_over(
     let round = election_timeout / 2;
     let deadline = tokio::time::Instant::now() + round * 10;
     while tokio::time::Instant::now() < deadline {
-        if raft.metrics().borrow().current_leader == Some(me) {
+        if crate::raft::leads(&raft, me) {
             return;
         }
         if let Err(e) = raft.trigger().elect().await {

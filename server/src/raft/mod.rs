@@ -290,6 +290,11 @@ pub fn raft_config(cluster: &crate::config::ClusterConfig) -> openraft::Config {
 /// The raft handle.
 pub type Raft = openraft::Raft<TypeConfig>;
 
+/// Whether node `me` leads, as far as its raft knows.
+pub(crate) fn leads(raft: &Raft, me: NodeId) -> bool {
+    raft.metrics().borrow().current_leader == Some(me)
+}
+
 /// Static membership: every member by id.
 pub type Members = BTreeMap<NodeId, Member>;
 

@@ -182,7 +182,7 @@ impl RaftWriter {
     /// Refused when this node does not lead (as far as it knows): the
     /// follower then learns of the leader in its own time.
     pub(crate) async fn join(&self, batch: Batch) -> Result<u64, ProposeError> {
-        if !self.leads() {
+        if !super::leads(&self.raft, self.node_id) {
             return Err(ProposeError::Unavailable {
                 reason: "this node is not the leader".into(),
             });
@@ -200,10 +200,6 @@ impl RaftWriter {
         };
         self.enqueue(job, urgent).await?;
         answer.await.unwrap_or(Err(ProposeError::ShuttingDown))
-    }
-
-    fn leads(&self) -> bool {
-        self.raft.metrics().borrow().current_leader == Some(self.node_id)
     }
 
     async fn enqueue(&self, job: Job, urgent: bool) -> Result<(), ProposeError> {
