@@ -229,9 +229,9 @@ mod tests {
         // The change log holds up to 100,000 of them by default: every
         // byte here is 100 kB of resident memory.
         assert_eq!(std::mem::size_of::<ServiceKey>(), 8);
-        // An instance and its reference counts fit one 160-byte block.
+        // An instance and its reference counts fit one 128-byte block.
         assert!(
-            std::mem::size_of::<Instance>() <= 144,
+            std::mem::size_of::<Instance>() <= 112,
             "{} bytes",
             std::mem::size_of::<Instance>()
         );

@@ -379,7 +379,7 @@ impl Planner {
 /// The spec that registers `instance` again as it is.
 fn spec_of(instance: &Instance) -> InstanceSpec {
     InstanceSpec {
-        instance_id: Some(instance.instance_id.to_string()),
+        instance_id: instance.given_instance_id().map(str::to_owned),
         ip: instance.ip.to_string(),
         port: instance.port,
         weight: instance.weight,

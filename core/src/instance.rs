@@ -115,50 +115,6 @@ const NACOS_TIMEOUTS: HealthTimeouts = HealthTimeouts {
     delete_after: 30_000,
 };
 
-/// A stored instance's timeouts: Nacos' defaults, which nearly every
-/// instance has, take no room of their own (8 bytes in the instance, where
-/// the three values take 24); others are boxed. Reads as
-/// [`HealthTimeouts`] and is written as one, so stored data keeps its shape.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Timeouts(Option<Box<HealthTimeouts>>);
-
-impl Timeouts {
-    /// Keeps `timeouts`.
-    pub fn new(timeouts: HealthTimeouts) -> Self {
-        if timeouts == NACOS_TIMEOUTS {
-            Self(None)
-        } else {
-            Self(Some(Box::new(timeouts)))
-        }
-    }
-}
-
-impl std::ops::Deref for Timeouts {
-    type Target = HealthTimeouts;
-
-    fn deref(&self) -> &HealthTimeouts {
-        self.0.as_deref().unwrap_or(&NACOS_TIMEOUTS)
-    }
-}
-
-impl From<HealthTimeouts> for Timeouts {
-    fn from(timeouts: HealthTimeouts) -> Self {
-        Self::new(timeouts)
-    }
-}
-
-impl Serialize for Timeouts {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        (**self).serialize(serializer)
-    }
-}
-
-impl<'de> Deserialize<'de> for Timeouts {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        HealthTimeouts::deserialize(deserializer).map(Self::new)
-    }
-}
-
 impl HealthTimeouts {
     /// Reads the preserved metadata keys over `defaults`. A present but
     /// malformed or inconsistent value is an error naming the key.
@@ -346,10 +302,16 @@ pub fn check_weight(weight: f64) -> Result<(), Error> {
 }
 
 /// A registered instance as the registry stores and serves it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// A registry holds hundreds of thousands of these, each in its own
+/// allocation, so what can be read off other fields is not stored: the
+/// instance id Nacos generates (`ip#port#cluster#group@@service`) is
+/// rendered from its service's key when asked for ([`Instance::instance_id`]),
+/// and the zone is a span of the packed metadata or the cluster's name
+/// ([`Instance::zone`]). A client-given id and timeouts other than Nacos'
+/// defaults, which few instances have, are boxed together ([`Rare`]).
+#[derive(Debug, Clone)]
 pub struct Instance {
-    /// Instance id (client-given, or `ip#port#cluster#group@@service`).
-    pub instance_id: Box<str>,
     /// Ip or host name.
     pub ip: Box<str>,
     /// Port.
@@ -364,15 +326,96 @@ pub struct Instance {
     pub kind: ServiceKind,
     /// Cluster.
     pub cluster: ClusterName,
-    /// Metadata.
+    /// Metadata. Whoever changes it places the zone again
+    /// ([`Instance::place_zone`]).
     pub metadata: Metadata,
-    /// Zone: metadata `zone` if present, else the cluster name.
-    pub zone: Box<str>,
-    /// Beat period and liveness timeouts.
-    pub timeouts: Timeouts,
+    /// Where its zone is read from.
+    zone: ZoneAt,
+    /// Its client-given id and timeouts, when it has either.
+    rare: Rare,
     /// Who published it.
     pub owner: Owner,
 }
+
+/// Equal when every field reads the same (two spans of the same metadata
+/// may hold the same zone).
+impl PartialEq for Instance {
+    fn eq(&self, other: &Self) -> bool {
+        self.ip == other.ip
+            && self.port == other.port
+            && self.weight == other.weight
+            && self.healthy == other.healthy
+            && self.enabled == other.enabled
+            && self.kind == other.kind
+            && self.cluster == other.cluster
+            && self.metadata == other.metadata
+            && self.zone() == other.zone()
+            && self.rare == other.rare
+            && self.owner == other.owner
+    }
+}
+
+/// Where an instance's zone is: the byte span of the zone key's value in
+/// its packed metadata, or, with `len` 0, its cluster's name (a blank
+/// zone value falls back to the cluster, so a real span is never empty).
+#[derive(Debug, Clone, Copy, Default)]
+struct ZoneAt {
+    start: u32,
+    len: u32,
+}
+
+/// What few instances have, boxed so the others carry one null pointer: a
+/// client-given instance id, timeouts other than Nacos' defaults.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Rare(Option<Box<RareParts>>);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RareParts {
+    instance_id: Option<Box<str>>,
+    timeouts: HealthTimeouts,
+}
+
+impl Rare {
+    fn new(instance_id: Option<Box<str>>, timeouts: HealthTimeouts) -> Self {
+        if instance_id.is_none() && timeouts == NACOS_TIMEOUTS {
+            Self(None)
+        } else {
+            Self(Some(Box::new(RareParts {
+                instance_id,
+                timeouts,
+            })))
+        }
+    }
+
+    fn instance_id(&self) -> Option<&str> {
+        self.0.as_ref().and_then(|r| r.instance_id.as_deref())
+    }
+
+    fn timeouts(&self) -> HealthTimeouts {
+        self.0.as_ref().map_or(NACOS_TIMEOUTS, |r| r.timeouts)
+    }
+}
+
+/// The id Nacos generates for an instance: `ip#port#cluster#group@@service`.
+fn generated_id(ip: &str, port: u16, cluster: &ClusterName, service: &ServiceKey) -> String {
+    format!(
+        "{ip}#{port}#{cluster}#{}{}{}",
+        service.group,
+        crate::name::GROUP_SEPARATOR,
+        service.name
+    )
+}
+
+/// A zone's span of packed metadata as stored: metadata is bounded by
+/// [`Limits`] far below 4 GiB, so every span fits.
+fn span_at(span: std::ops::Range<usize>) -> Option<ZoneAt> {
+    Some(ZoneAt {
+        start: u32::try_from(span.start).ok()?,
+        len: u32::try_from(span.len()).ok()?,
+    })
+}
+
+mod stored;
 
 /// The registry's rules an instance is built under.
 #[derive(Debug, Clone, Copy)]
@@ -405,18 +448,13 @@ impl Instance {
                 if id.len() > 512 {
                     return Err(Error::invalid("instanceId", "longer than 512 bytes"));
                 }
-                id
+                // The generated form is rendered when asked for.
+                (id != generated_id(&spec.ip, spec.port, &spec.cluster, service))
+                    .then(|| id.into_boxed_str())
             }
-            _ => format!(
-                "{}#{}#{}#{}",
-                spec.ip,
-                spec.port,
-                spec.cluster,
-                service.grouped_name()
-            ),
+            _ => None,
         };
         let mut instance = Self {
-            instance_id: instance_id.into(),
             ip: spec.ip.into(),
             port: spec.port,
             weight: spec.weight,
@@ -425,21 +463,70 @@ impl Instance {
             kind: owner.kind(),
             cluster: spec.cluster,
             metadata: spec.metadata,
-            zone: Box::default(),
-            timeouts: timeouts.into(),
+            zone: ZoneAt::default(),
+            rare: Rare::new(instance_id, timeouts),
             owner,
         };
-        instance.zone = instance.zone_under(zone_key);
+        instance.place_zone(zone_key);
         Ok(instance)
     }
 
-    /// Its zone: metadata `zone_key` if present and not blank, else its
-    /// cluster's name.
-    pub(crate) fn zone_under(&self, zone_key: &str) -> Box<str> {
-        match self.metadata.get(zone_key) {
-            Some(zone) if !zone.trim().is_empty() => zone.into(),
-            _ => self.cluster.as_str().into(),
+    /// Its instance id: the client-given one, else the one Nacos generates
+    /// (`ip#port#cluster#group@@service`) for `service`, the service it is
+    /// in.
+    pub fn instance_id(&self, service: &ServiceKey) -> std::borrow::Cow<'_, str> {
+        match self.rare.instance_id() {
+            Some(id) => id.into(),
+            None => generated_id(&self.ip, self.port, &self.cluster, service).into(),
         }
+    }
+
+    /// Its client-given instance id, if it has one.
+    pub fn given_instance_id(&self) -> Option<&str> {
+        self.rare.instance_id()
+    }
+
+    /// Whether it stores, as client-given, the id it would be given
+    /// anyway (every instance of a snapshot written before ids were
+    /// rendered when asked for).
+    pub(crate) fn stores_generated_id(&self, service: &ServiceKey) -> bool {
+        self.rare
+            .instance_id()
+            .is_some_and(|id| id == generated_id(&self.ip, self.port, &self.cluster, service))
+    }
+
+    /// Forgets a stored id that is the generated one.
+    pub(crate) fn forget_generated_id(&mut self) {
+        if let Some(rare) = &self.rare.0 {
+            self.rare = Rare::new(None, rare.timeouts);
+        }
+    }
+
+    /// Its beat period and liveness timeouts.
+    pub fn timeouts(&self) -> HealthTimeouts {
+        self.rare.timeouts()
+    }
+
+    /// Its zone: the value of the registry's zone key in its metadata if
+    /// present and not blank, else its cluster's name.
+    pub fn zone(&self) -> &str {
+        let ZoneAt { start, len } = self.zone;
+        let span = start as usize..start as usize + len as usize;
+        match self.metadata.text().get(span) {
+            Some(zone) if len > 0 => zone,
+            _ => self.cluster.as_str(),
+        }
+    }
+
+    /// Places its zone under `zone_key` (after building it or changing its
+    /// metadata).
+    pub(crate) fn place_zone(&mut self, zone_key: &str) {
+        self.zone = match self.metadata.value_span(zone_key) {
+            Some(span) if !self.metadata.text()[span.clone()].trim().is_empty() => {
+                span_at(span).unwrap_or_default()
+            }
+            _ => ZoneAt::default(),
+        };
     }
 
     /// Its key inside the service.
@@ -511,6 +598,7 @@ impl InstancePatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{Command, Op, Registry, RegistryOptions, RegistrySnapshot};
 
     #[test]
     fn preserved_metadata_overrides_health_timeouts() {
@@ -569,5 +657,45 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn a_snapshot_that_stored_every_id_restores_generated_ones_as_generated() {
+        let mut reg = Registry::new(RegistryOptions::default());
+        let orders = ServiceKey::parse("", "g", "orders").unwrap();
+        let spec = InstanceSpec::new("10.0.0.1", 80);
+        let owner = Owner::Beat {
+            ip: "10.0.0.1".into(),
+            port: 80,
+        };
+        let op = Op::Register {
+            service: orders.clone(),
+            owner,
+            instances: vec![spec],
+        };
+        reg.apply(&Command::new(0, op)).unwrap();
+        // Snapshots used to hold every instance's id, as a given one.
+        let mut old = reg.snapshot();
+        let service = Arc::make_mut(&mut old.services[0]);
+        for instance in service.instances.values_mut() {
+            let instance = Arc::make_mut(instance);
+            instance.rare = Rare::new(Some("10.0.0.1#80#DEFAULT#g@@orders".into()), NACOS_TIMEOUTS);
+        }
+        let old: RegistrySnapshot =
+            postcard::from_bytes(&postcard::to_allocvec(&old).unwrap()).unwrap();
+        let read = old.services[0].instances().next().unwrap();
+        assert_eq!(
+            read.given_instance_id(),
+            Some("10.0.0.1#80#DEFAULT#g@@orders")
+        );
+
+        let restored = Registry::restore(old, RegistryOptions::default());
+        let service = restored.service(&orders).unwrap();
+        let instance = service.instances().next().unwrap();
+        assert_eq!(instance.given_instance_id(), None, "restored as generated");
+        assert_eq!(
+            instance.instance_id(&orders),
+            "10.0.0.1#80#DEFAULT#g@@orders"
+        );
     }
 }

@@ -85,6 +85,11 @@ impl Instances {
         self.0.iter()
     }
 
+    /// Every instance, by key, to replace (keeping its key).
+    pub(crate) fn values_mut(&mut self) -> std::slice::IterMut<'_, Arc<Instance>> {
+        self.0.iter_mut()
+    }
+
     /// Trims the vector to its length (after a batch of inserts).
     pub(crate) fn fit(&mut self) {
         self.0.shrink_to_fit();

@@ -58,7 +58,7 @@ pub use import::{
 };
 pub use instance::{
     check_ip, check_weight, HealthTimeouts, Instance, InstanceKey, InstancePatch, InstanceSpec,
-    Limits, Metadata, Owner, Timeouts, MAX_WEIGHT, META_BEAT_INTERVAL, META_BEAT_TIMEOUT,
+    Limits, Metadata, Owner, MAX_WEIGHT, META_BEAT_INTERVAL, META_BEAT_TIMEOUT,
     META_DELETE_TIMEOUT,
 };
 pub use kind::ServiceKind;

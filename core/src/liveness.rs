@@ -241,7 +241,7 @@ impl Liveness {
             Entry {
                 owner: instance.owner.clone(),
                 last_beat,
-                timeouts: *instance.timeouts,
+                timeouts: instance.timeouts(),
                 healthy: instance.healthy,
                 deadline: 0,
             },

@@ -110,6 +110,27 @@ impl Metadata {
         Some(old)
     }
 
+    /// The packed text, which [`Metadata::value_span`] indexes.
+    pub(crate) fn text(&self) -> &str {
+        &self.0
+    }
+
+    /// Where the value of `key` is in the packed text.
+    pub(crate) fn value_span(&self, key: &str) -> Option<std::ops::Range<usize>> {
+        self.get(key).map(|value| self.span(value))
+    }
+
+    /// Where a value equal to `value` is in the packed text.
+    pub(crate) fn span_of_value(&self, value: &str) -> Option<std::ops::Range<usize>> {
+        self.values().find(|v| *v == value).map(|v| self.span(v))
+    }
+
+    /// The span of `value`, a slice of the packed text.
+    fn span(&self, value: &str) -> std::ops::Range<usize> {
+        let start = value.as_ptr() as usize - self.0.as_ptr() as usize;
+        start..start + value.len()
+    }
+
     /// The pairs in key order.
     pub fn iter(&self) -> Pairs<'_> {
         Pairs { rest: &self.0 }

@@ -116,6 +116,24 @@ impl Service {
         }
     }
 
+    /// Itself without stored instance ids that are the generated ones: a
+    /// snapshot written before ids were rendered when asked for holds
+    /// every id.
+    pub(crate) fn without_stored_generated_ids(self: Arc<Self>) -> Arc<Self> {
+        let key = &self.key;
+        if !self.instances.values().any(|i| i.stores_generated_id(key)) {
+            return self;
+        }
+        let mut service = Arc::unwrap_or_clone(self);
+        let key = service.key.clone();
+        for instance in service.instances.values_mut() {
+            if instance.stores_generated_id(&key) {
+                Arc::make_mut(instance).forget_generated_id();
+            }
+        }
+        Arc::new(service)
+    }
+
     /// Its key.
     pub fn key(&self) -> &ServiceKey {
         &self.key
@@ -157,7 +175,7 @@ impl Service {
     pub fn zones(&self) -> BTreeMap<&str, Vec<&Instance>> {
         let mut zones: BTreeMap<&str, Vec<&Instance>> = BTreeMap::new();
         for instance in self.instances().filter(|i| i.enabled) {
-            zones.entry(&*instance.zone).or_default().push(instance);
+            zones.entry(instance.zone()).or_default().push(instance);
         }
         zones
     }

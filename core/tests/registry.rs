@@ -602,7 +602,7 @@ fn operator_updates_overlay_later_registrations() {
         .cloned()
         .unwrap();
     assert_eq!(
-        (instance.weight, instance.enabled, &*instance.zone),
+        (instance.weight, instance.enabled, instance.zone()),
         (3.0, false, "hz")
     );
     // Re-registration keeps the operator's overlay.

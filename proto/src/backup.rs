@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use thiserror::Error;
-use understudy_core::{Instance, Metadata, Millis, ServiceKind};
+use understudy_core::{Instance, Metadata, Millis, ServiceKey, ServiceKind};
 
 use crate::clip;
 use crate::nacos::SelectorJson;
@@ -171,10 +171,11 @@ fn yes() -> bool {
     true
 }
 
-impl From<&Instance> for InstanceEntry {
-    fn from(instance: &Instance) -> Self {
+impl InstanceEntry {
+    /// The entry of `instance`, an instance of `service`.
+    pub fn of(service: &ServiceKey, instance: &Instance) -> Self {
         Self {
-            instance_id: Some(instance.instance_id.to_string()),
+            instance_id: Some(instance.instance_id(service).into_owned()),
             ip: instance.ip.to_string(),
             port: i64::from(instance.port),
             cluster: instance.cluster.to_string(),

@@ -43,7 +43,7 @@ impl InstanceJson {
     /// Renders a stored instance of `service`.
     pub fn new(service: &ServiceKey, instance: &Instance) -> Self {
         Self {
-            instance_id: instance.instance_id.to_string(),
+            instance_id: instance.instance_id(service).into_owned(),
             ip: instance.ip.to_string(),
             port: instance.port,
             weight: instance.weight,
@@ -53,9 +53,9 @@ impl InstanceJson {
             cluster_name: instance.cluster.to_string(),
             service_name: service.grouped_name(),
             metadata: instance.metadata.clone(),
-            instance_heart_beat_interval: instance.timeouts.beat_interval,
-            instance_heart_beat_time_out: instance.timeouts.unhealthy_after,
-            ip_delete_timeout: instance.timeouts.delete_after,
+            instance_heart_beat_interval: instance.timeouts().beat_interval,
+            instance_heart_beat_time_out: instance.timeouts().unhealthy_after,
+            ip_delete_timeout: instance.timeouts().delete_after,
             instance_id_generator: instance_id_generator(&instance.metadata),
         }
     }
@@ -312,7 +312,7 @@ impl InstanceDetailV1 {
             cluster_name: instance.cluster.to_string(),
             weight: instance.weight,
             healthy: instance.healthy,
-            instance_id: instance.instance_id.to_string(),
+            instance_id: instance.instance_id(service).into_owned(),
             metadata: instance.metadata.clone(),
         }
     }

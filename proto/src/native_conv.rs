@@ -14,10 +14,11 @@ impl From<&ServiceKey> for native::ServiceRef {
     }
 }
 
-impl From<&Instance> for native::Instance {
-    fn from(i: &Instance) -> Self {
+impl native::Instance {
+    /// The native form of `i`, an instance of `service`.
+    pub fn of(service: &ServiceKey, i: &Instance) -> Self {
         Self {
-            instance_id: i.instance_id.to_string(),
+            instance_id: i.instance_id(service).into_owned(),
             ip: i.ip.to_string(),
             port: u32::from(i.port),
             weight: i.weight,
@@ -25,7 +26,7 @@ impl From<&Instance> for native::Instance {
             enabled: i.enabled,
             ephemeral: i.kind.is_ephemeral(),
             cluster: i.cluster.to_string(),
-            zone: i.zone.to_string(),
+            zone: i.zone().to_owned(),
             metadata: i
                 .metadata
                 .iter()

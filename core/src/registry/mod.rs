@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 use crate::event::ChangeLog;
 use crate::{
     Change, Command, ConfigItem, ConfigKey, ConfigSource, Error, Event, GrayRelease, GroupName,
-    HealthTimeouts, HistoryEntry, HistoryRetention, Instance, Limits, Millis, NamespaceId, Op,
-    Owner, RemovalCause, Service, ServiceKey, ServiceName,
+    HealthTimeouts, HistoryEntry, HistoryRetention, Limits, Millis, NamespaceId, Op, Owner,
+    RemovalCause, Service, ServiceKey, ServiceName,
 };
 use history::History;
 pub use locks::LockName;
@@ -58,13 +58,6 @@ impl Default for RegistryOptions {
             change_log_capacity: 100_000,
             history: HistoryRetention::default(),
         }
-    }
-}
-
-impl RegistryOptions {
-    /// The zone of an instance under these options.
-    pub fn zone_of(&self, instance: &Instance) -> String {
-        instance.zone_under(&self.zone_key).into()
     }
 }
 
@@ -532,6 +525,7 @@ impl Registry {
         registry.lost_nodes = snapshot.lost_nodes.into_iter().collect();
         registry.locks = snapshot.locks.into_iter().collect();
         for service in snapshot.services {
+            let service = service.without_stored_generated_ids();
             for instance in service.instances.values() {
                 registry
                     .owners

@@ -318,7 +318,7 @@ impl Registry {
         if let Some(instance) = service.instances.get_mut(ikey) {
             let mut patched = Instance::clone(instance);
             if patch.apply_to(&mut patched) {
-                patched.zone = patched.zone_under(&zone_key);
+                patched.place_zone(&zone_key);
                 *instance = Arc::new(patched);
                 tx.events.push(Event::InstanceChanged {
                     service: key.clone(),
@@ -356,7 +356,7 @@ impl Registry {
             for k in keys {
                 patched.metadata.remove(k);
             }
-            patched.zone = patched.zone_under(&zone_key);
+            patched.place_zone(&zone_key);
             *instance = Arc::new(patched);
             tx.events.push(Event::InstanceChanged {
                 service: key.clone(),

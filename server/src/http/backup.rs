@@ -88,7 +88,10 @@ fn document(node: &Node) -> Document {
                 metadata: meta.metadata.clone(),
                 selector: SelectorJson::from(&meta.selector),
             }),
-            instances: persistent.into_iter().map(InstanceEntry::from).collect(),
+            instances: persistent
+                .into_iter()
+                .map(|i| InstanceEntry::of(key, i))
+                .collect(),
         });
     }
     Document {

@@ -7,15 +7,18 @@ use serde::Serialize;
 use thiserror::Error;
 
 /// The format this build writes.
-pub const FORMAT: u8 = 7;
+pub const FORMAT: u8 = 8;
 
 /// Older formats this build reads as [`FORMAT`]: formats 4, 5 and 6 each
 /// added commands at the end of `Op` (4 and 5 fields to the snapshot
 /// too), so every format-3, 4 and 5 entry and message means the same in
 /// format 6; the format-3 and 4 snapshot bodies are read by `snapshot.rs`.
 /// Format 7 added the joined parts at the end of a batch, which a batch
-/// of an older format reads as none ([`reading_before`]).
-const READS: &[u8] = &[3, 4, 5, 6];
+/// of an older format reads as none ([`reading_before`]). Format 8
+/// writes an instance id that is the generated one as empty (it is derived
+/// when rendered); the full ids older formats wrote are recognised as
+/// generated when a snapshot is restored, so both read the same.
+const READS: &[u8] = &[3, 4, 5, 6, 7];
 
 std::thread_local! {
     /// The format of the payload being decoded on this thread.

@@ -107,13 +107,19 @@ impl NativeApi {
             },
             Some(service) => GetServiceResponse {
                 exists: true,
-                instances: service.instances().map(native::Instance::from).collect(),
+                instances: service
+                    .instances()
+                    .map(|i| native::Instance::of(&key, i))
+                    .collect(),
                 zones: service
                     .zones()
                     .into_iter()
                     .map(|(zone, instances)| native::Zone {
                         name: zone.to_owned(),
-                        instances: instances.into_iter().map(native::Instance::from).collect(),
+                        instances: instances
+                            .into_iter()
+                            .map(|i| native::Instance::of(&key, i))
+                            .collect(),
                     })
                     .collect(),
                 revision,

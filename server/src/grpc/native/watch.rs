@@ -120,12 +120,12 @@ impl Counts {
                 *self.0.entry(service.clone()).or_default() += 1;
                 (
                     service,
-                    change::Kind::Upsert(native::Instance::from(&**instance)),
+                    change::Kind::Upsert(native::Instance::of(service, instance)),
                 )
             }
             Event::InstanceChanged { service, instance } => (
                 service,
-                change::Kind::Upsert(native::Instance::from(&**instance)),
+                change::Kind::Upsert(native::Instance::of(service, instance)),
             ),
             Event::InstanceRemoved {
                 service,
@@ -137,7 +137,7 @@ impl Counts {
                 (
                     service,
                     change::Kind::Removed(native::InstanceRemoved {
-                        instance: Some(native::Instance::from(&**instance)),
+                        instance: Some(native::Instance::of(service, instance)),
                         cause: native::RemovalCause::from(*cause).into(),
                         emptied: *count == 0,
                     }),
@@ -207,7 +207,10 @@ impl Snapshot {
         for service in &self.services {
             let state = native::ServiceState {
                 service: Some(native::ServiceRef::from(service.key())),
-                instances: service.instances().map(native::Instance::from).collect(),
+                instances: service
+                    .instances()
+                    .map(|i| native::Instance::of(service.key(), i))
+                    .collect(),
             };
             // The state as a field of the Reset: tag, length, body.
             let body = prost::Message::encoded_len(&state);
