@@ -23,9 +23,11 @@ pub struct Change {
     pub event: Event,
 }
 
-/// A saved namespace's display name and description.
+/// A saved namespace, its display name and description.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NamespaceDetails {
+    /// The namespace.
+    pub namespace: NamespaceId,
     /// Display name.
     pub name: String,
     /// Description.
@@ -83,11 +85,9 @@ pub enum Event {
     },
     /// A namespace was created or updated explicitly.
     NamespaceSaved {
-        /// The namespace.
-        namespace: NamespaceId,
-        /// Its display name and description, boxed: every event is as
-        /// large as its largest kind, and the change log holds many
-        /// thousands.
+        /// The namespace, its display name and description, boxed: every
+        /// event is as large as its largest kind, and the change log
+        /// holds many thousands.
         info: Box<NamespaceDetails>,
     },
     /// An explicit namespace was deleted.
@@ -97,10 +97,9 @@ pub enum Event {
     },
     /// A config item was published.
     ConfigPublished {
-        /// Its key (boxed, as in [`Event::ConfigRemoved`]).
+        /// Its key (boxed, as in [`Event::ConfigRemoved`]); its content
+        /// and md5 are the registry's to read.
         key: Box<ConfigKey>,
-        /// Its md5 now.
-        md5: Box<str>,
         /// Whether the content changed (listeners are told only then).
         changed: bool,
     },
@@ -140,9 +139,8 @@ impl Event {
     /// The namespace it concerns.
     pub fn namespace(&self) -> &NamespaceId {
         match self {
-            Event::NamespaceSaved { namespace, .. } | Event::NamespaceRemoved { namespace } => {
-                namespace
-            }
+            Event::NamespaceSaved { info } => &info.namespace,
+            Event::NamespaceRemoved { namespace } => namespace,
             Event::ConfigPublished { key, .. } | Event::ConfigRemoved { key } => &key.namespace,
             other => {
                 &other
@@ -166,16 +164,31 @@ impl Event {
 
 /// The bounded log of recent changes, oldest first. It serves resume for a
 /// single service and for whole namespace or group views alike.
+///
+/// Its revisions are consecutive, so an entry does not store its own: it
+/// is the oldest's plus its position. A full log holds as many entries as
+/// a registry of that many instances, and each is 32 bytes where a
+/// [`Change`] is 40.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ChangeLog {
-    entries: VecDeque<Change>,
+    entries: VecDeque<Logged>,
+    /// The revision of the oldest entry (of the next one, when empty).
+    oldest: u64,
     capacity: usize,
+}
+
+/// A change as the log holds it: without its revision.
+#[derive(Debug, Clone)]
+struct Logged {
+    at: Millis,
+    event: Event,
 }
 
 impl ChangeLog {
     pub(crate) fn new(capacity: usize) -> Self {
         Self {
             entries: VecDeque::with_capacity(capacity.min(4096)),
+            oldest: 0,
             capacity,
         }
     }
@@ -184,8 +197,17 @@ impl ChangeLog {
         if self.capacity == 0 {
             return;
         }
+        if self.entries.is_empty() {
+            self.oldest = change.revision;
+        }
+        debug_assert_eq!(
+            change.revision,
+            self.oldest + self.entries.len() as u64,
+            "revisions in the log are consecutive"
+        );
         if self.entries.len() == self.capacity {
             self.entries.pop_front();
+            self.oldest += 1;
         } else if self.entries.len() == self.entries.capacity() {
             // Grow by doubling, but never past the capacity: a full log
             // holds no room it will not use.
@@ -196,7 +218,10 @@ impl ChangeLog {
                 .min(self.capacity - self.entries.len());
             self.entries.reserve_exact(more);
         }
-        self.entries.push_back(change);
+        self.entries.push_back(Logged {
+            at: change.at,
+            event: change.event,
+        });
     }
 
     /// Every change with a revision above `after`, given that `current` is
@@ -206,8 +231,12 @@ impl ChangeLog {
         &self,
         after: u64,
         current: u64,
-    ) -> Result<std::collections::vec_deque::Iter<'_, Change>, Error> {
-        let oldest = self.entries.front().map_or(current + 1, |c| c.revision);
+    ) -> Result<impl Iterator<Item = Change> + '_, Error> {
+        let oldest = if self.entries.is_empty() {
+            current + 1
+        } else {
+            self.oldest
+        };
         if after > current || after + 1 < oldest {
             return Err(Error::HistoryCompacted {
                 requested: after,
@@ -215,8 +244,18 @@ impl ChangeLog {
             });
         }
         // Revisions in the log are consecutive, so the position is arithmetic.
-        let skip = usize::try_from(after + 1 - oldest).unwrap_or(usize::MAX);
-        Ok(self.entries.range(skip.min(self.entries.len())..))
+        let skip = usize::try_from(after + 1 - oldest)
+            .unwrap_or(usize::MAX)
+            .min(self.entries.len());
+        Ok(self
+            .entries
+            .range(skip..)
+            .zip(after + 1..)
+            .map(|(logged, revision)| Change {
+                revision,
+                at: logged.at,
+                event: logged.event.clone(),
+            }))
     }
 }
 
@@ -236,9 +275,14 @@ mod tests {
             std::mem::size_of::<Instance>()
         );
         assert!(
-            std::mem::size_of::<Change>() <= 48,
+            std::mem::size_of::<Change>() <= 40,
             "{} bytes",
             std::mem::size_of::<Change>()
+        );
+        assert!(
+            std::mem::size_of::<Logged>() <= 32,
+            "{} bytes",
+            std::mem::size_of::<Logged>()
         );
     }
 }

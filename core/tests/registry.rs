@@ -291,6 +291,22 @@ fn the_change_log_resumes_or_says_it_is_compacted() {
             oldest: 2
         })
     ));
+    // Past the eviction, each change still carries its own revision.
+    let resumed: Vec<(u64, Option<u16>)> = reg
+        .changes_since(2)
+        .unwrap()
+        .map(|c| {
+            let port = match &c.event {
+                Event::InstanceAdded { instance, .. } => Some(instance.port),
+                _ => None,
+            };
+            (c.revision, port)
+        })
+        .collect();
+    assert_eq!(
+        resumed,
+        vec![(3, Some(8001)), (4, Some(8002)), (5, Some(9000))]
+    );
     assert!(reg.changes_since(99).is_err(), "a revision from the future");
 }
 

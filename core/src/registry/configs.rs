@@ -57,11 +57,9 @@ impl Registry {
                 item
             }
         };
-        let md5 = item.md5.as_str().into();
         self.configs.insert(key.clone(), item);
         tx.events.push(Event::ConfigPublished {
             key: Box::new(key.clone()),
-            md5,
             changed,
         });
         Ok(())
@@ -209,7 +207,6 @@ impl Registry {
     fn gray_changed(&self, tx: &mut Tx, key: &ConfigKey) {
         tx.events.push(Event::ConfigPublished {
             key: Box::new(key.clone()),
-            md5: self.config_md5(key).into(),
             changed: true,
         });
     }

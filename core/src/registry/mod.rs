@@ -447,7 +447,7 @@ impl Registry {
     /// The changes after revision `after`, oldest first, or
     /// [`Error::HistoryCompacted`] when the log no longer holds them all
     /// (then take a fresh view).
-    pub fn changes_since(&self, after: u64) -> Result<impl Iterator<Item = &Change>, Error> {
+    pub fn changes_since(&self, after: u64) -> Result<impl Iterator<Item = Change> + '_, Error> {
         self.log.since(after, self.revision)
     }
 

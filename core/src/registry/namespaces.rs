@@ -49,8 +49,8 @@ impl Registry {
         }
         namespace.info = Some(info);
         tx.events.push(Event::NamespaceSaved {
-            namespace: id.clone(),
             info: Box::new(crate::event::NamespaceDetails {
+                namespace: id.clone(),
                 name: name.to_owned(),
                 description: description.to_owned(),
             }),

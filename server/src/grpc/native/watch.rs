@@ -344,7 +344,7 @@ fn start(node: &Node, scope: &Scope, resume: Option<&ResumeToken>) -> Start {
     let Ok(logged) = registry.changes_since(resume.revision) else {
         return from_snapshot(ResetReason::HistoryUnavailable);
     };
-    let missed: Vec<&Change> = logged
+    let missed: Vec<Change> = logged
         .filter(|c| c.event.service().is_some_and(|k| scope.covers(k)))
         .collect();
     let mut counts = Counts::from_services(&scope.services(&registry));
@@ -352,7 +352,7 @@ fn start(node: &Node, scope: &Scope, resume: Option<&ResumeToken>) -> Start {
         counts.unapply(change);
     }
     let missed = missed
-        .into_iter()
+        .iter()
         .filter_map(|c| {
             counts.render(c).map(|change| WatchEvent {
                 token: Some(token(node, c.revision)),
