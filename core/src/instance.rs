@@ -312,8 +312,9 @@ pub fn check_weight(weight: f64) -> Result<(), Error> {
 /// defaults, which few instances have, are boxed together ([`Rare`]).
 #[derive(Debug, Clone)]
 pub struct Instance {
-    /// Ip or host name.
-    pub ip: Box<str>,
+    /// Ip or host name: held in place up to 15 bytes (every IPv4
+    /// address), on the heap beyond.
+    pub ip: ecow::EcoString,
     /// Port.
     pub port: u16,
     /// Weight.

@@ -32,7 +32,7 @@ struct InstanceOut<'a> {
 #[serde(rename = "Instance")]
 struct InstanceIn {
     instance_id: String,
-    ip: Box<str>,
+    ip: ecow::EcoString,
     port: u16,
     weight: f64,
     healthy: bool,
