@@ -166,13 +166,12 @@ impl Event {
 /// single service and for whole namespace or group views alike.
 ///
 /// Its revisions are consecutive, so an entry does not store its own: it
-/// is the oldest's plus its position. A full log holds as many entries as
-/// a registry of that many instances, and each is 32 bytes where a
-/// [`Change`] is 40.
+/// is the oldest's plus its position. The log holds up to its capacity
+/// (100,000 by default) of them, each 32 bytes where a [`Change`] is 40.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ChangeLog {
     entries: VecDeque<Logged>,
-    /// The revision of the oldest entry (of the next one, when empty).
+    /// The revision of the oldest entry (set by the push into an empty log).
     oldest: u64,
     capacity: usize,
 }

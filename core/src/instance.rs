@@ -399,12 +399,7 @@ impl Rare {
 
 /// The id Nacos generates for an instance: `ip#port#cluster#group@@service`.
 fn generated_id(ip: &str, port: u16, cluster: &ClusterName, service: &ServiceKey) -> String {
-    format!(
-        "{ip}#{port}#{cluster}#{}{}{}",
-        service.group,
-        crate::name::GROUP_SEPARATOR,
-        service.name
-    )
+    format!("{ip}#{port}#{cluster}#{}", service.grouped())
 }
 
 /// A zone's span of packed metadata as stored: metadata is bounded by

@@ -324,7 +324,21 @@ impl ServiceKey {
 
     /// `group@@service`, the name Nacos uses on HTTP and in instance ids.
     pub fn grouped_name(&self) -> String {
-        format!("{}{GROUP_SEPARATOR}{}", self.group, self.name)
+        self.grouped().to_string()
+    }
+
+    /// [`ServiceKey::grouped_name`], written where it is formatted.
+    pub fn grouped(&self) -> impl fmt::Display + '_ {
+        Grouped(self)
+    }
+}
+
+/// A service key shown as `group@@service`.
+struct Grouped<'a>(&'a ServiceKey);
+
+impl fmt::Display for Grouped<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{GROUP_SEPARATOR}{}", self.0.group, self.0.name)
     }
 }
 

@@ -42,6 +42,7 @@ pub struct InstanceJson {
 impl InstanceJson {
     /// Renders a stored instance of `service`.
     pub fn new(service: &ServiceKey, instance: &Instance) -> Self {
+        let timeouts = instance.timeouts();
         Self {
             instance_id: instance.instance_id(service).into_owned(),
             ip: instance.ip.to_string(),
@@ -53,9 +54,9 @@ impl InstanceJson {
             cluster_name: instance.cluster.to_string(),
             service_name: service.grouped_name(),
             metadata: instance.metadata.clone(),
-            instance_heart_beat_interval: instance.timeouts().beat_interval,
-            instance_heart_beat_time_out: instance.timeouts().unhealthy_after,
-            ip_delete_timeout: instance.timeouts().delete_after,
+            instance_heart_beat_interval: timeouts.beat_interval,
+            instance_heart_beat_time_out: timeouts.unhealthy_after,
+            ip_delete_timeout: timeouts.delete_after,
             instance_id_generator: instance_id_generator(&instance.metadata),
         }
     }
