@@ -56,7 +56,15 @@ impl Instances {
             .binary_search_by(|i| sort_key(i).cmp(&sort_key(&instance)))
         {
             Ok(at) => self.0[at] = instance,
-            Err(at) => self.0.insert(at, instance),
+            Err(at) => {
+                // One more slot, not double: a service's instances arrive
+                // one registration at a time, and a vector grown by
+                // doubling would hold up to twice the pointers it needs
+                // (the allocator keeps a grown block in place while it
+                // fits its size class).
+                self.0.reserve_exact(1);
+                self.0.insert(at, instance);
+            }
         }
     }
 
@@ -128,5 +136,38 @@ impl<'de> Deserialize<'de> for Instances {
             }
         }
         deserializer.deserialize_map(Entries)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::instance::Rules;
+    use crate::{HealthTimeouts, InstanceSpec, Limits, Owner, ServiceKey};
+
+    #[test]
+    fn instances_that_arrive_one_at_a_time_leave_no_spare_room() {
+        let service = ServiceKey::parse("", "", "orders").unwrap();
+        let limits = Limits::default();
+        let rules = Rules {
+            limits: &limits,
+            health: HealthTimeouts::default(),
+            zone_key: "zone",
+        };
+        let mut instances = Instances::default();
+        // In reverse, so every one goes in at the front.
+        for port in (8080..8090).rev() {
+            let owner = Owner::Persistent {
+                ip: "10.0.0.1".into(),
+                port,
+            };
+            let spec = InstanceSpec::new("10.0.0.1", port);
+            let instance = Instance::build(&service, spec, owner, rules).unwrap();
+            instances.insert(Arc::new(instance));
+        }
+        assert_eq!(instances.len(), 10);
+        assert_eq!(instances.0.capacity(), 10);
+        let ports: Vec<u16> = instances.values().map(|i| i.port).collect();
+        assert_eq!(ports, (8080..8090).collect::<Vec<_>>());
     }
 }

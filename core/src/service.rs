@@ -89,7 +89,9 @@ pub struct ServiceMetaPatch {
 pub struct Service {
     pub(crate) key: ServiceKey,
     pub(crate) kind: ServiceKind,
-    pub(crate) meta: Option<ServiceMeta>,
+    /// Boxed: most services (those a registration created) have none, and
+    /// inline it would make every service's struct half as large again.
+    pub(crate) meta: Option<Box<ServiceMeta>>,
     pub(crate) instances: crate::instances::Instances,
     /// Operator updates (`PUT /instance`) that outlive re-registration.
     pub(crate) overlays: BTreeMap<InstanceKey, InstancePatch>,
@@ -108,7 +110,7 @@ impl Service {
         Self {
             key,
             kind,
-            meta,
+            meta: meta.map(Box::new),
             instances: crate::instances::Instances::default(),
             overlays: BTreeMap::new(),
             revision: 0,
@@ -146,7 +148,7 @@ impl Service {
 
     /// Metadata set through the service API, if any.
     pub fn meta(&self) -> Option<&ServiceMeta> {
-        self.meta.as_ref()
+        self.meta.as_deref()
     }
 
     /// The revision of its last change.
@@ -239,4 +241,20 @@ pub struct Selected {
 /// instances, never an error (Dubbo's start-up probe relies on that).
 pub fn select(service: Option<&Service>, selection: &Selection<'_>) -> Selected {
     service.map(|s| s.select(selection)).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_service_and_its_reference_counts_fit_a_112_byte_block() {
+        // A registry holds one per service, tens of thousands of them;
+        // the service API's metadata, which most services lack, is boxed.
+        assert!(
+            std::mem::size_of::<Service>() <= 96,
+            "{} bytes",
+            std::mem::size_of::<Service>()
+        );
+    }
 }

@@ -464,7 +464,7 @@ impl Registry {
         key: &ServiceKey,
         patch: &ServiceMetaPatch,
     ) -> Result<(), Error> {
-        let current = self.existing_service(key)?.meta.clone();
+        let current = self.existing_service(key)?.meta.as_deref().cloned();
         let mut meta = current.clone().unwrap_or_default();
         if let Some(threshold) = patch.protect_threshold {
             meta.protect_threshold = threshold;
@@ -479,10 +479,11 @@ impl Registry {
         if current.as_ref() == Some(&meta) {
             return Ok(());
         }
+        let meta = Box::new(meta);
         self.service_mut(key).expect("checked above").meta = Some(meta.clone());
         tx.events.push(Event::ServiceUpdated {
             service: key.clone(),
-            meta: Box::new(meta),
+            meta,
         });
         Ok(())
     }
