@@ -1,7 +1,8 @@
 //! Cost curves: how understudy's (and r-nacos', when its binary is found)
 //! memory, query latency, push latency and register throughput grow with
 //! the registry, the subscribers and the connections, each point on a
-//! freshly started server, drawn as one SVG of four panels.
+//! freshly started server, drawn as one SVG of four panels; and a 3-node
+//! cluster's register throughput, through its leader and its followers.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -146,6 +147,24 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Vec<Point>> {
             );
         }
     }
+    // A 3-node cluster's register throughput, through its leader alone
+    // and through its followers alone (each forwards to the leader).
+    for &connections in &plan.connections {
+        let cluster = compare::start_understudy(&plan.understudy, 3, false, &[]).await?;
+        let (leader, _) = super::failover::steady(&cluster.target().http, None).await?;
+        let followers: Vec<usize> = (0..3).filter(|n| *n != leader).collect();
+        for (via, nodes) in [("leader", vec![leader]), ("followers", followers)] {
+            let t = cluster.target().through(&nodes, via);
+            let register = super::register(&t, connections, 64, seconds).await?;
+            println!("{register}");
+            add(
+                &format!("understudy×3 via {via}"),
+                Curve::Register,
+                connections,
+                Some(register.ops_per_sec),
+            );
+        }
+    }
     Ok(points)
 }
 
@@ -162,7 +181,7 @@ fn label(v: f64) -> String {
     }
 }
 
-const COLOURS: [&str; 3] = ["#1f77b4", "#d62728", "#2ca02c"];
+const COLOURS: [&str; 4] = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e"];
 const PANEL_W: f64 = 440.0;
 const PANEL_H: f64 = 300.0;
 const MARGIN: f64 = 56.0;
@@ -170,8 +189,13 @@ const MARGIN: f64 = 56.0;
 /// The four curves as one SVG: a panel each, x on a log scale, a line per
 /// server, every point labelled with its value.
 pub fn svg(points: &[Point]) -> String {
-    let mut servers: Vec<&str> = points.iter().map(|p| p.server.as_str()).collect();
-    servers.dedup();
+    // Each server once, in the order its first point was measured.
+    let mut servers: Vec<&str> = Vec::new();
+    for point in points {
+        if !servers.contains(&point.server.as_str()) {
+            servers.push(&point.server);
+        }
+    }
     let width = 2.0 * PANEL_W;
     let height = 2.0 * PANEL_H + 30.0;
     let mut out = format!(
@@ -180,7 +204,7 @@ pub fn svg(points: &[Point]) -> String {
     out.push_str(r#"<rect width="100%" height="100%" fill="white"/>"#);
     for (s, server) in servers.iter().enumerate() {
         let colour = COLOURS[s % COLOURS.len()];
-        let x = 20.0 + 140.0 * s as f64;
+        let x = 20.0 + 200.0 * s as f64;
         let _ = write!(
             out,
             r#"<rect x="{x}" y="8" width="12" height="12" fill="{colour}"/><text x="{}" y="18">{server}</text>"#,
@@ -266,5 +290,33 @@ fn panel(out: &mut String, points: &[Point], servers: &[&str], curve: Curve, ox:
                 label(p.y)
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_server_is_in_the_legend_once_however_its_points_interleave() {
+        let point = |server: &str, x: f64| Point {
+            server: server.to_owned(),
+            curve: Curve::Register,
+            x,
+            y: 1000.0,
+        };
+        // As the cluster's runs come: leader, followers, leader, followers.
+        let points = [
+            point("via leader", 1.0),
+            point("via followers", 1.0),
+            point("via leader", 8.0),
+            point("via followers", 8.0),
+        ];
+        let drawn = svg(&points);
+        for server in ["via leader", "via followers"] {
+            assert_eq!(drawn.matches(&format!(">{server}</text>")).count(), 1);
+        }
+        // A line per server in each of the four panels.
+        assert_eq!(drawn.matches("<polyline").count(), 8);
     }
 }
