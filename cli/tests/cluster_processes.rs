@@ -184,10 +184,18 @@ async fn the_failover_and_durable_measurements_run_on_real_processes() -> anyhow
         seconds: 0.2,
     };
     let points = load::curves::run(&plan).await?;
-    assert_eq!(points.len(), 8, "{points:?}");
+    // Two points on each single-node curve, and the 3-node cluster's
+    // register throughput through its leader and through its followers.
+    assert_eq!(points.len(), 12, "{points:?}");
     assert!(points.iter().all(|p| p.y > 0.0), "{points:?}");
+    let cluster = points
+        .iter()
+        .filter(|p| p.server.starts_with("understudy×3 via "));
+    assert_eq!(cluster.count(), 4, "{points:?}");
     let svg = load::curves::svg(&points);
-    assert_eq!(svg.matches("<polyline").count(), 4, "{svg}");
-    assert_eq!(svg.matches("<circle").count(), 8, "{svg}");
+    // A line per server (understudy and the cluster through its leader and
+    // through its followers) in each of the four panels.
+    assert_eq!(svg.matches("<polyline").count(), 12, "{svg}");
+    assert_eq!(svg.matches("<circle").count(), 12, "{svg}");
     Ok(())
 }
