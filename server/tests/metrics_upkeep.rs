@@ -22,7 +22,7 @@ fn record(samples: u32) {
 fn histogram_samples_are_released_without_a_scrape() {
     let handle = understudy_server::metrics::handle();
     let before = ALLOCATOR.allocated();
-    // Held, 500,000 samples take 4 MB and more; folded, a few counters.
+    // Held, 500,000 samples take some 8 MB; folded, a few counters.
     let mut recorded = 500_000;
     record(recorded);
     // Requests go on (a trickle of 5,000 a second): the recorder frees
