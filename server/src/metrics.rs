@@ -29,12 +29,27 @@ const LATENCY_BUCKETS: &[f64] = &[
 /// their buckets when nobody scrapes. The recorder keeps every sample
 /// until then (in blocks of 64, about 16 bytes a sample as allocated): a
 /// node serving 25,000 requests a second and never scraped grew by
-/// megabytes a minute.
-/// Folding costs a pass over the histograms, nothing per request.
+/// megabytes a minute. Folding costs a pass over the histograms, nothing
+/// per request.
 pub const UPKEEP_EVERY: Duration = Duration::from_secs(1);
 
-/// The recorder's handle, installing the recorder on first use (with a
-/// thread that folds its histograms every [`UPKEEP_EVERY`]). If some
+/// Folds the recorder's histograms every [`UPKEEP_EVERY`] until
+/// `cancel`, as the exporter's own listener would (the server serves
+/// `/metrics` itself, so it runs the upkeep). Each node runs one; several
+/// in one process share the recorder, and a fold finds little to do.
+pub(crate) async fn upkeep(cancel: tokio_util::sync::CancellationToken) {
+    let handle = handle();
+    let mut ticks = tokio::time::interval(UPKEEP_EVERY);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            _ = ticks.tick() => handle.run_upkeep(),
+        }
+    }
+}
+
+/// The recorder's handle, installing the recorder on first use. If some
 /// other recorder was installed first, a detached one still renders
 /// (empty) output rather than failing the scrape.
 pub fn handle() -> PrometheusHandle {
@@ -48,16 +63,6 @@ pub fn handle() -> PrometheusHandle {
             match builder().install_recorder() {
                 Ok(handle) => {
                     declare();
-                    let kept = handle.clone();
-                    let upkeep = std::thread::Builder::new()
-                        .name("metrics-upkeep".into())
-                        .spawn(move || loop {
-                            std::thread::sleep(UPKEEP_EVERY);
-                            kept.run_upkeep();
-                        });
-                    if let Err(e) = upkeep {
-                        tracing::warn!(error = %e, "no metrics upkeep thread: histograms fold only when scraped");
-                    }
                     handle
                 }
                 Err(e) => {

@@ -128,7 +128,7 @@ impl Node {
             machine,
         )
         .await?;
-        if config.cluster.workarounds.commit_relay && std::env::var_os("NO_RELAY").is_none() {
+        if config.cluster.workarounds.commit_relay {
             crate::raft::relay::start(raft.clone(), network.clone(), log, tasks, cancel.clone());
         }
         let writer = Arc::new(crate::raft::writer::RaftWriter::start(
@@ -212,6 +212,7 @@ impl Node {
         tasks.spawn(crate::sweeper::run(node.clone(), cancel.clone()));
         tasks.spawn(crate::probe::run(node.clone(), cancel.clone()));
         tasks.spawn(crate::ownership::run(node.clone(), cancel.clone()));
+        tasks.spawn(crate::metrics::upkeep(cancel.clone()));
         tasks.spawn(async move {
             cancel.cancelled().await;
             // A leader that handed over has stopped its raft already.
