@@ -555,13 +555,8 @@ pub async fn run(plan: &Plan, json: &Path) -> anyhow::Result<Vec<Run>> {
             if plan.cluster_nodes > 1 {
                 let shape = Shape::cluster(plan.cluster_nodes);
                 let cluster = spawn(plan, kind, shape, &mut ports).await?;
-                // Through the leader alone, then through the followers
-                // alone (each forwards its writes to the leader); the
-                // CPU counted is every node's.
-                let (leader, _) = super::failover::steady(&cluster.target.http, None).await?;
-                let followers = (0..plan.cluster_nodes).filter(|n| *n != leader).collect();
-                for (via, nodes) in [("leader", vec![leader]), ("followers", followers)] {
-                    let t = cluster.target.through(&nodes, via);
+                // The CPU counted is every node's.
+                for (_, t) in leader_and_followers(&cluster.target).await? {
                     record(super::register(&t, plan.clients, plan.services, seconds).await?)?;
                 }
                 drop(cluster);
@@ -578,6 +573,20 @@ pub async fn run(plan: &Plan, json: &Path) -> anyhow::Result<Vec<Run>> {
     }
     println!("\n{}", super::summary::summary(&runs, plan));
     Ok(runs)
+}
+
+/// A cluster reached through its leader alone, then through its followers
+/// alone (each forwards its writes to the leader), once it names one
+/// leader: `("leader", …)` and `("followers", …)`.
+pub(super) async fn leader_and_followers(
+    cluster: &Target,
+) -> anyhow::Result<[(&'static str, Target); 2]> {
+    let (leader, _) = super::failover::steady(&cluster.http, None).await?;
+    let followers: Vec<usize> = (0..cluster.http.len()).filter(|n| *n != leader).collect();
+    Ok([
+        ("leader", cluster.through(&[leader], "leader")),
+        ("followers", cluster.through(&followers, "followers")),
+    ])
 }
 
 /// The start-up of a Nacos the user started: from its process' start to

@@ -151,10 +151,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Vec<Point>> {
     // and through its followers alone (each forwards to the leader).
     for &connections in &plan.connections {
         let cluster = compare::start_understudy(&plan.understudy, 3, false, &[]).await?;
-        let (leader, _) = super::failover::steady(&cluster.target().http, None).await?;
-        let followers: Vec<usize> = (0..3).filter(|n| *n != leader).collect();
-        for (via, nodes) in [("leader", vec![leader]), ("followers", followers)] {
-            let t = cluster.target().through(&nodes, via);
+        for (via, t) in compare::leader_and_followers(cluster.target()).await? {
             let register = super::register(&t, connections, 64, seconds).await?;
             println!("{register}");
             add(
