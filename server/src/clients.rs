@@ -31,6 +31,9 @@ pub(crate) trait Clients: Send + Sync {
     fn subscriptions(&self, id: &str) -> Option<Vec<ServiceKey>>;
     /// The connections that subscribe to `service`.
     fn subscribers(&self, service: &ServiceKey) -> Vec<ClientInfo>;
+    /// The connections that subscribe to `service`, each with the
+    /// registry revision of the newest push of it that it acknowledged.
+    fn acknowledged(&self, service: &ServiceKey) -> Vec<(ClientInfo, u64)>;
     /// The connections that listen to `config`, with the md5 each holds.
     fn listeners(&self, config: &ConfigKey) -> Vec<(ClientInfo, String)>;
     /// What the connections from `ip` listen to, with the md5s they hold.

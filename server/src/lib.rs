@@ -61,6 +61,7 @@ pub mod node;
 mod ownership;
 mod probe;
 mod push;
+mod races;
 pub mod raft;
 mod read_lag;
 pub mod sim;

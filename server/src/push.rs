@@ -137,12 +137,17 @@ struct Sub {
     /// The last push failed or went unanswered; the next one is a retry.
     retrying: bool,
     last_ref_time: Millis,
+    /// The registry revision of the newest push the client acknowledged
+    /// (0 before any).
+    acked_revision: u64,
 }
 
 #[derive(Debug, Clone)]
 struct InFlight {
     request_id: String,
     sent_at: Millis,
+    /// The registry revision the push was rendered at.
+    revision: u64,
 }
 
 #[derive(Debug)]
@@ -251,6 +256,7 @@ impl<K: Topic> Subscriber<K> {
             retry_at: 0,
             retrying: false,
             last_ref_time: 0,
+            acked_revision: 0,
         });
         sub.clusters = clusters;
         sub.held = true;
@@ -311,11 +317,14 @@ impl<K: Topic> Subscriber<K> {
 
     /// Renders every push that is due: dirty, released, not in flight and
     /// not waiting for a retry. Each is marked in flight under a fresh
-    /// request id, which the renderer must put on the wire.
+    /// request id, which the renderer must put on the wire; the renderer
+    /// also answers the registry revision it rendered (read before the
+    /// state it rendered, so never newer than it), which the push is
+    /// acknowledged at.
     pub(crate) fn due_pushes<T>(
         &self,
         now: Millis,
-        mut render: impl FnMut(&str, PushTarget<'_, K>) -> T,
+        mut render: impl FnMut(&str, PushTarget<'_, K>) -> (T, u64),
     ) -> Vec<T> {
         let mut state = lock(&self.state);
         let mut out = Vec::new();
@@ -328,11 +337,7 @@ impl<K: Topic> Subscriber<K> {
                 let request_id = format!("{}{serial}", self.prefix);
                 sub.dirty = false;
                 sub.last_ref_time = now.max(sub.last_ref_time + 1);
-                sub.in_flight = Some(InFlight {
-                    request_id: request_id.clone(),
-                    sent_at: now,
-                });
-                out.push(render(
+                let (rendered, revision) = render(
                     &request_id,
                     PushTarget {
                         key,
@@ -341,7 +346,13 @@ impl<K: Topic> Subscriber<K> {
                         ref_time: sub.last_ref_time,
                         retry: sub.retrying,
                     },
-                ));
+                );
+                sub.in_flight = Some(InFlight {
+                    request_id,
+                    sent_at: now,
+                    revision,
+                });
+                out.push(rendered);
             }
         }
         out
@@ -368,9 +379,14 @@ impl<K: Topic> Subscriber<K> {
                     .is_some_and(|f| f.request_id == request_id)
             });
         let sub = found?;
-        let sent_at = sub.in_flight.take().map_or(now, |f| f.sent_at);
+        let (sent_at, revision) = sub
+            .in_flight
+            .take()
+            .map_or((now, 0), |f| (f.sent_at, f.revision));
         sub.retrying = !success;
-        if !success {
+        if success {
+            sub.acked_revision = sub.acked_revision.max(revision);
+        } else {
             sub.dirty = true;
             sub.retry_at = now.saturating_add(retry);
         }
@@ -406,6 +422,20 @@ impl<K: Topic> Subscriber<K> {
         expired
     }
 
+    /// The registry revision of the newest push of `key` it acknowledged,
+    /// over every cluster filter it subscribes with; `None` when it does
+    /// not subscribe to `key`.
+    pub(crate) fn acked_revision(&self, key: &K) -> Option<u64> {
+        let state = lock(&self.state);
+        let subs = state.subs.get(key)?;
+        Some(
+            subs.values()
+                .map(|sub| sub.acked_revision)
+                .max()
+                .unwrap_or(0),
+        )
+    }
+
     /// The next time something must happen without a wake-up: an
     /// in-flight push times out, or a retry becomes due.
     pub(crate) fn next_timer(&self, timeout: Millis) -> Option<Millis> {
@@ -437,7 +467,7 @@ mod tests {
     }
 
     fn due(s: &Subscriber<ServiceKey>, now: Millis) -> Vec<(String, Millis)> {
-        s.due_pushes(now, |id, t| (id.to_owned(), t.ref_time))
+        s.due_pushes(now, |id, t| ((id.to_owned(), t.ref_time), 0))
     }
 
     /// A hub with one subscriber to `name`, its first view answered.
@@ -451,7 +481,30 @@ mod tests {
     }
 
     fn due_retries(s: &Subscriber<ServiceKey>, now: Millis) -> Vec<(String, bool)> {
-        s.due_pushes(now, |id, t| (id.to_owned(), t.retry))
+        s.due_pushes(now, |id, t| ((id.to_owned(), t.retry), 0))
+    }
+
+    #[test]
+    fn only_a_successful_answer_counts_its_push_revision_as_acknowledged() {
+        let (hub, sub) = released("a");
+        assert_eq!(sub.acked_revision(&key("a")), Some(0));
+        assert_eq!(sub.acked_revision(&key("b")), None, "not subscribed");
+        hub.changed(&change("a"));
+        let first = sub.due_pushes(0, |id, _| (id.to_owned(), 7));
+        assert_eq!(sub.acked_revision(&key("a")), Some(0), "sent, not answered");
+        sub.ack(&first[0], false, 1, 1000);
+        assert_eq!(
+            sub.acked_revision(&key("a")),
+            Some(0),
+            "a failure acknowledges nothing"
+        );
+        let retry = sub.due_pushes(1001, |id, _| (id.to_owned(), 9));
+        sub.ack(&retry[0], true, 1002, 1000);
+        assert_eq!(sub.acked_revision(&key("a")), Some(9));
+        hub.changed(&change("a"));
+        let stale = sub.due_pushes(1003, |id, _| (id.to_owned(), 8));
+        sub.ack(&stale[0], true, 1004, 1000);
+        assert_eq!(sub.acked_revision(&key("a")), Some(9), "never goes back");
     }
 
     #[test]

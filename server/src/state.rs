@@ -119,8 +119,19 @@ impl State {
         key: &understudy_core::ServiceKey,
         view: understudy_proto::nacos::View<'_>,
     ) -> Arc<understudy_proto::nacos::Hosts> {
+        self.hosts_at(key, view).0
+    }
+
+    /// The hosts of service `key` in `view`, and the registry revision of
+    /// the service's last change they show (0 when there is no service).
+    pub(crate) fn hosts_at(
+        &self,
+        key: &understudy_core::ServiceKey,
+        view: understudy_proto::nacos::View<'_>,
+    ) -> (Arc<understudy_proto::nacos::Hosts>, u64) {
         let service = self.registry().service(key);
-        self.hosts.get(key, service.as_deref(), view)
+        let revision = service.as_ref().map_or(0, |s| s.revision());
+        (self.hosts.get(key, service.as_deref(), view), revision)
     }
 
     /// The push fan-out of config items.

@@ -220,7 +220,11 @@ async fn push(node: Node, service: Arc<UdpPush>, client: Arc<Client>) {
                 clusters: target.clusters,
                 healthy_only: false,
             };
-            encode(&render(&node, target.key, view, target.ref_time), id)
+            // v1 listeners answer no revision anyone waits on.
+            (
+                encode(&render(&node, target.key, view, target.ref_time), id),
+                0,
+            )
         });
         for datagram in datagrams {
             if !node.push_passes_faults().await {

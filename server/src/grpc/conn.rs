@@ -681,6 +681,16 @@ impl crate::clients::Clients for Conns {
             .collect()
     }
 
+    fn acknowledged(&self, service: &ServiceKey) -> Vec<(crate::clients::ClientInfo, u64)> {
+        let open: Vec<Arc<Conn>> = self.open_map().values().cloned().collect();
+        let mut all: Vec<_> = open
+            .iter()
+            .filter_map(|c| Some((c.info(), c.subscriber.acked_revision(service)?)))
+            .collect();
+        all.sort_by(|a, b| a.0.id.cmp(&b.0.id));
+        all
+    }
+
     fn listeners(&self, config: &ConfigKey) -> Vec<(crate::clients::ClientInfo, String)> {
         let open: Vec<Arc<Conn>> = self.open_map().values().cloned().collect();
         open.iter()

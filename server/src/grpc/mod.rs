@@ -8,6 +8,7 @@ mod ai;
 mod config;
 mod conn;
 mod fuzzy;
+mod hold;
 pub(crate) mod kind;
 mod lock;
 pub(crate) mod naming;
@@ -324,7 +325,12 @@ fn answered(node: &Node, conn: &Conn, ack: &ClientAck) {
     let acked = if conn.listener.sent(request_id) {
         conn.listener.ack(request_id, ack.succeeded(), now, retry)
     } else {
-        conn.subscriber.ack(request_id, ack.succeeded(), now, retry)
+        let acked = conn.subscriber.ack(request_id, ack.succeeded(), now, retry);
+        if acked.is_some() {
+            node.races()
+                .push_answered(&conn.id, request_id, ack.succeeded(), now);
+        }
+        acked
     };
     let Some(in_flight) = acked else {
         return;
@@ -370,6 +376,7 @@ async fn push(node: Node, conn: Arc<Conn>) {
     );
     let subscriber = conn.subscriber.clone();
     let listener = conn.listener.clone();
+    let races = node.races();
     loop {
         // Closing the connection wakes its pusher too.
         if conn.closed.is_cancelled() {
@@ -387,7 +394,7 @@ async fn push(node: Node, conn: Arc<Conn>) {
         let mut retries = 0_u64;
         let mut pushes = subscriber.due_pushes(now, |request_id, target| {
             retries += u64::from(target.retry);
-            let hosts = naming::push_hosts(&node, &target);
+            let (hosts, revision) = naming::push_hosts(&node, &target);
             let key = target.key;
             let body = NotifySubscriber {
                 service_info: ServiceInfoRef::new(
@@ -398,14 +405,17 @@ async fn push(node: Node, conn: Arc<Conn>) {
                     target.ref_time,
                 ),
             };
-            seal(
+            let payload = seal(
                 "NotifySubscriberRequest",
                 &ServerRequest::new(request_id, "naming", body),
-            )
+            );
+            races.push_sent(&conn.id, key, request_id, revision, now);
+            (payload, revision)
         });
         pushes.extend(listener.due_pushes(now, |request_id, target| {
             retries += u64::from(target.retry);
-            config::change_notice(request_id, target.key, target.clusters_raw)
+            let notice = config::change_notice(request_id, target.key, target.clusters_raw);
+            (notice, 0)
         }));
         if retries > 0 {
             metrics::counter!("understudy_push_retries_total").increment(retries);

@@ -21,6 +21,7 @@ use super::ai;
 use super::config;
 use super::conn::Conn;
 use super::fuzzy;
+use super::hold;
 use super::kind::{Failure, RequestKind};
 use super::lock;
 use crate::node::Node;
@@ -67,6 +68,13 @@ pub(crate) async fn dispatch(node: &Node, conn: &Arc<Conn>, envelope: Envelope) 
             }
         }
     }
+    if kind != Some(RequestKind::HealthCheck) {
+        let races = node.races();
+        let request = || hold::describe(&envelope);
+        if let Some(held) = races.take_armed(&conn.id, request, node.now()) {
+            hold::hold(node, conn, held).await;
+        }
+    }
     let _slot = if takes_a_slot(kind, &envelope) {
         match node.admission().enter("grpc").await {
             Ok(slot) => Some(slot),
@@ -89,7 +97,7 @@ pub(crate) async fn dispatch(node: &Node, conn: &Arc<Conn>, envelope: Envelope) 
             instance(node, conn, &envelope, Persistence::Persistent).await
         }
         Some(RequestKind::BatchInstance) => batch(node, conn, &envelope).await,
-        Some(RequestKind::ServiceQuery) => query(node, &envelope),
+        Some(RequestKind::ServiceQuery) => query(node, conn, &envelope),
         Some(RequestKind::Subscribe) => subscribe(node, conn, &envelope),
         Some(RequestKind::ServiceList) => service_list(node, &envelope),
         Some(RequestKind::ConfigQuery) => config::query(node, conn, &envelope),
@@ -376,17 +384,18 @@ async fn batch(node: &Node, conn: &Conn, envelope: &Envelope) -> Result<Payload,
     ))
 }
 
-/// The hosts of a subscription's service, as its pushes show them.
-pub(crate) fn push_hosts(node: &Node, target: &PushTarget<'_, ServiceKey>) -> Arc<Hosts> {
+/// The hosts a push (or a subscribe's answer) carries, and the registry
+/// revision they show.
+pub(crate) fn push_hosts(node: &Node, target: &PushTarget<'_, ServiceKey>) -> (Arc<Hosts>, u64) {
     let view = View {
         clusters_raw: target.clusters_raw,
         clusters: target.clusters,
         healthy_only: false,
     };
-    node.state().hosts(target.key, view)
+    node.state().hosts_at(target.key, view)
 }
 
-fn query(node: &Node, envelope: &Envelope) -> Result<Payload, Failure> {
+fn query(node: &Node, conn: &Conn, envelope: &Envelope) -> Result<Payload, Failure> {
     let request: ServiceQueryRequest = envelope.decode()?;
     let key = request.common.service_key()?;
     // Nacos' names only: a misspelled field narrows nothing, as in Nacos.
@@ -398,8 +407,11 @@ fn query(node: &Node, envelope: &Envelope) -> Result<Payload, Failure> {
         clusters: &clusters,
         healthy_only,
     };
-    let hosts = node.state().hosts(&key, view);
-    let info = ServiceInfoRef::new(&key, NameStyle::Plain, &clusters_raw, &hosts, node.now());
+    let (hosts, revision) = node.state().hosts_at(&key, view);
+    let now = node.now();
+    node.races()
+        .record(&conn.id, &key, "queried", Some(revision), None, now);
+    let info = ServiceInfoRef::new(&key, NameStyle::Plain, &clusters_raw, &hosts, now);
     Ok(seal(
         "QueryServiceResponse",
         &Response::ok(ServiceInfoBody { service_info: info }),
@@ -428,16 +440,21 @@ fn subscribe(node: &Node, conn: &Conn, envelope: &Envelope) -> Result<Payload, F
                     full.max
                 ))
             })?;
-        let rendered = subscriber
-            .render_now(&key, &clusters_raw, node.now(), |target| {
-                (push_hosts(node, &target), target.ref_time)
+        let now = node.now();
+        let (hosts, revision, ref_time) = subscriber
+            .render_now(&key, &clusters_raw, now, |target| {
+                let (hosts, revision) = push_hosts(node, &target);
+                (hosts, revision, target.ref_time)
             })
             .expect("the subscription was just installed");
         subscriber.release(&key, &clusters_raw);
         conn.subscribed();
-        rendered
+        node.races().subscribed(&conn.id, &key, revision, now);
+        (hosts, ref_time)
     } else {
         hub.unsubscribe(subscriber, &key);
+        node.races()
+            .record(&conn.id, &key, "unsubscribed", None, None, node.now());
         let view = View {
             clusters_raw: &clusters_raw,
             clusters: &clusters,

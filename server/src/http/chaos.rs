@@ -21,6 +21,8 @@
 //! - `POST /understudy/v1/chaos/kill?node=3`: crash node 3, which only
 //!   `understudy sim` can do (its nodes share its process); a node
 //!   served alone refuses.
+//! - `hold`, `unhold`, `trace`, and `GET` of `holds`, `events` and
+//!   `acks`: client races, this node's own (`races.rs`).
 //! - `GET /understudy/v1/cluster/nodes`: every member's DC, role, applied
 //!   index and revision, view lag and register-to-visible delays.
 //!
@@ -62,6 +64,9 @@ pub(crate) async fn act(
     if action == "kill" {
         return kill(&node, params).await;
     }
+    if super::races::ACTIONS.contains(&action.as_str()) {
+        return super::races::act(&node, &action, params);
+    }
     let edit: fn(&Params, &mut FaultState) -> Result<(), ApiError> = match action.as_str() {
         "links" => links,
         "partition" => partition,
@@ -75,7 +80,7 @@ pub(crate) async fn act(
             return ApiError::not_found(
                 understudy_proto::nacos::ErrorCode::ResourceNotFound,
                 format!(
-                    "no chaos action '{other}': links, partition, heal, apply-delay, push, config-read-lag, pause, resume or kill"
+                    "no chaos action '{other}': links, partition, heal, apply-delay, push, config-read-lag, pause, resume, kill, hold, unhold or trace"
                 ),
             )
             .v2()

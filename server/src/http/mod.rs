@@ -16,6 +16,7 @@ mod history;
 pub(crate) mod naming;
 pub(crate) mod ops;
 pub(crate) mod params;
+mod races;
 mod scrape;
 mod v3;
 
@@ -181,6 +182,9 @@ pub fn router(node: Node) -> Router {
         .route("/understudy/v1/raft/compact", post(ops::compact))
         .route("/understudy/v1/chaos", get(chaos::show).put(chaos::replace))
         .route("/understudy/v1/chaos/{action}", post(chaos::act))
+        .route("/understudy/v1/chaos/holds", get(races::holds))
+        .route("/understudy/v1/chaos/events", get(races::events))
+        .route("/understudy/v1/chaos/acks", get(races::acks))
         .route("/understudy/v1/export", get(backup::export))
         .route("/understudy/v1/import", post(backup::import))
         .route("/", get(console::index))

@@ -39,6 +39,8 @@ struct Inner {
     /// The gRPC adapter's connections, once it serves (held weakly: the
     /// adapter holds the node).
     clients: std::sync::OnceLock<std::sync::Weak<dyn crate::clients::Clients>>,
+    /// Holds, acknowledgement waits and the trace (see [`crate::races`]).
+    races: crate::races::Races,
 }
 
 /// A connection id held open by this process; released on drop.
@@ -115,6 +117,7 @@ impl Node {
                 quorum_seen: Mutex::new(tokio::time::Instant::now()),
                 http_address: std::sync::OnceLock::new(),
                 clients: std::sync::OnceLock::new(),
+                races: crate::races::Races::default(),
             }),
         }
     }
@@ -137,6 +140,11 @@ impl Node {
     /// Records where this node's connected clients are reported from.
     pub(crate) fn serving_clients(&self, clients: std::sync::Weak<dyn crate::clients::Clients>) {
         let _ = self.inner.clients.set(clients);
+    }
+
+    /// Holds, acknowledgement waits and the trace of client races.
+    pub(crate) fn races(&self) -> &crate::races::Races {
+        &self.inner.races
     }
 
     /// The clients connected to this node over gRPC, while it serves.
