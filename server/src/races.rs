@@ -328,13 +328,19 @@ impl Races {
         detail: Option<String>,
         now: Millis,
     ) {
-        if !self.tracing.load(Ordering::Acquire) {
-            return;
-        }
-        let mut inner = lock(&self.inner);
-        if inner.traced.contains(key) {
+        if let Some(mut inner) = self.traced(key) {
             inner.record(connection, key, event, revision, detail, now);
         }
+    }
+
+    /// The state, locked, when `key` is traced (an atomic load when
+    /// nothing is).
+    fn traced(&self, key: &ServiceKey) -> Option<MutexGuard<'_, Inner>> {
+        if !self.tracing.load(Ordering::Acquire) {
+            return None;
+        }
+        let inner = lock(&self.inner);
+        inner.traced.contains(key).then_some(inner)
     }
 
     /// Connection `connection` subscribed to `key` and was answered with
@@ -347,13 +353,9 @@ impl Races {
         revision: u64,
         now: Millis,
     ) {
-        if !self.tracing.load(Ordering::Acquire) {
+        let Some(mut inner) = self.traced(key) else {
             return;
-        }
-        let mut inner = lock(&self.inner);
-        if !inner.traced.contains(key) {
-            return;
-        }
+        };
         inner.record(connection, key, "subscribed", Some(revision), None, now);
         let waiting = inner.holds.iter_mut().find(|h| {
             h.stage == Stage::Waiting
@@ -420,13 +422,9 @@ impl Races {
         revision: u64,
         now: Millis,
     ) {
-        if !self.tracing.load(Ordering::Acquire) {
+        let Some(mut inner) = self.traced(key) else {
             return;
-        }
-        let mut inner = lock(&self.inner);
-        if !inner.traced.contains(key) {
-            return;
-        }
+        };
         inner.record(connection, key, "pushSent", Some(revision), None, now);
         // Pushes that time out are never answered: bounded all the same.
         if inner.sent.len() >= EVENTS {

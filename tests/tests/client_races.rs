@@ -36,11 +36,10 @@ async fn get(server: &Server, path_and_query: &str) -> (u16, Value) {
     call(reqwest::Method::GET, server.url(path_and_query), &[]).await
 }
 
-/// Registers `10.0.0.1:80` of `service` from a provider connection and
-/// disables it through the console's API, as the seed's operator does.
-async fn offline_provider(server: &Server, service: &str) -> anyhow::Result<RawClient> {
-    let provider = RawClient::connect(server.grpc, None).await?;
-    provider.register(service, "10.0.0.1", 80).await?;
+/// Enables or disables `10.0.0.1:80` of `service` through the console's
+/// API, as the seed's operator does.
+async fn set_enabled(server: &Server, service: &str, enabled: bool) -> anyhow::Result<()> {
+    let enabled = if enabled { "true" } else { "false" };
     let (status, body) = call(
         reqwest::Method::PUT,
         server.url("/nacos/v1/ns/instance"),
@@ -49,11 +48,20 @@ async fn offline_provider(server: &Server, service: &str) -> anyhow::Result<RawC
             ("ip", "10.0.0.1"),
             ("port", "80"),
             ("ephemeral", "true"),
-            ("enabled", "false"),
+            ("enabled", enabled),
         ],
     )
     .await;
-    anyhow::ensure!(status == 200, "disabling the provider: {status} {body}");
+    anyhow::ensure!(status == 200, "setting enabled={enabled}: {status} {body}");
+    Ok(())
+}
+
+/// Registers `10.0.0.1:80` of `service` from a provider connection and
+/// disables it.
+async fn offline_provider(server: &Server, service: &str) -> anyhow::Result<RawClient> {
+    let provider = RawClient::connect(server.grpc, None).await?;
+    provider.register(service, "10.0.0.1", 80).await?;
+    set_enabled(server, service, false).await?;
     Ok(provider)
 }
 
@@ -250,19 +258,7 @@ async fn a_hold_without_an_action_waits_for_the_next_change_by_anyone() -> anyho
     assert!(holding, "the query was not held");
     assert!(!held.is_finished());
     let enabled_at = Instant::now();
-    let (status, body) = call(
-        reqwest::Method::PUT,
-        server.url("/nacos/v1/ns/instance"),
-        &[
-            ("serviceName", "gate"),
-            ("ip", "10.0.0.1"),
-            ("port", "80"),
-            ("ephemeral", "true"),
-            ("enabled", "true"),
-        ],
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
+    set_enabled(&server, "gate", true).await?;
     let answered = held.await??;
     let push = pushes
         .try_recv()
