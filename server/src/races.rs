@@ -412,6 +412,31 @@ impl Races {
         inner.record(connection, &key, "released", None, detail, now);
     }
 
+    /// `connection` closed: a hold it armed ends unfired (it has no next
+    /// request), and its unanswered pushes are forgotten.
+    pub(crate) fn closed(&self, connection: &str, now: Millis) {
+        if self.pending.load(Ordering::Acquire) == 0 && !self.tracing.load(Ordering::Acquire) {
+            return;
+        }
+        let mut inner = lock(&self.inner);
+        inner.sent.retain(|(c, _), _| c != connection);
+        let mut ended = Vec::new();
+        for hold in &mut inner.holds {
+            if hold.stage == Stage::Armed && hold.armed_by.as_deref() == Some(connection) {
+                let outcome = "the connection closed before its next request".to_owned();
+                hold.stage = Stage::Released(outcome.clone());
+                self.pending.fetch_sub(1, Ordering::AcqRel);
+                ended.push((
+                    hold.spec.service.clone(),
+                    format!("hold {}: {outcome}", hold.id),
+                ));
+            }
+        }
+        for (key, detail) in ended {
+            inner.record(connection, &key, "released", None, Some(detail), now);
+        }
+    }
+
     /// A push of `key` went out to `connection` under `request_id`,
     /// showing `revision`.
     pub(crate) fn push_sent(
@@ -586,6 +611,25 @@ mod tests {
             "cleared holds never arm"
         );
         assert_eq!(races.pending.load(Ordering::Acquire), 0);
+    }
+
+    #[test]
+    fn a_hold_armed_by_a_connection_that_closes_ends_unfired() {
+        let races = Races::default();
+        races.add_hold(spec("a", None));
+        races.subscribed("c", &key("a"), 1, 1);
+        races.closed("c", 2);
+        let view = &races.holds()[0];
+        assert_eq!(view.stage, "released");
+        assert_eq!(
+            view.outcome.as_deref(),
+            Some("the connection closed before its next request")
+        );
+        assert_eq!(
+            races.pending.load(Ordering::Acquire),
+            0,
+            "requests pay nothing again"
+        );
     }
 
     #[tokio::test(start_paused = true)]

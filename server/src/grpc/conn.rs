@@ -463,6 +463,7 @@ impl Conns {
         self.node.state().config_hub().remove(&conn.listener);
         self.node.state().fuzzy_services().remove(conn.seq);
         self.node.state().fuzzy_configs().remove(conn.seq);
+        self.node.races().closed(&conn.id, self.node.now());
         Some(conn)
     }
 
