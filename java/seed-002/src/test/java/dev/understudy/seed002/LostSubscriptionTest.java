@@ -182,10 +182,13 @@ class LostSubscriptionTest {
                 }
                 case "legacy" -> {
                     consumer.await("ready", CONSUMER_START);
-                    String stage = Await.until(pair + "'s hold released", Duration.ofSeconds(30),
-                            () -> api.hold(hold).path("stage").asText(), s -> s.equals("released"));
+                    JsonNode fired = Await.until(pair + "'s hold released", Duration.ofSeconds(30),
+                            () -> api.hold(hold), h -> h.path("stage").asText().equals("released"));
+                    if (!fired.path("outcome").asText().endsWith("acknowledged")) {
+                        throw new AssertionError(pair + ": the hold did not see its push acknowledged: " + fired);
+                    }
                     releasedAt = releaseTime(api.events(service), hold).orElseThrow(
-                            () -> new AssertionError(pair + ": hold " + hold + " is " + stage + " with no release traced"));
+                            () -> new AssertionError(pair + ": hold " + fired + " with no release traced"));
                 }
                 case "none" -> {
                     // No fault: the provider comes back at a moment of the

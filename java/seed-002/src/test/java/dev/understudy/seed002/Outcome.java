@@ -33,9 +33,10 @@ record Outcome(
         return consumer.stream().filter(e -> e.what().startsWith("call ")).toList();
     }
 
-    /** Whether not one call succeeded in the whole watch. */
+    /** Whether every call of the whole watch failed with Dubbo's "No provider available". */
     boolean lost() {
-        return !calls().isEmpty() && calls().stream().noneMatch(e -> e.what().equals("call ok"));
+        return !calls().isEmpty()
+                && calls().stream().allMatch(e -> e.what().startsWith("call failed No provider available"));
     }
 
     /** From the release to the first successful call, if any. */
