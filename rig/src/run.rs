@@ -180,5 +180,69 @@ async fn apply_step(sim: &mut Sim, targets: &Targets, action: &Action) {
         | Action::PauseProvider(..)
         | Action::SlowProviders { .. }
         | Action::CallLink(_) => {}
+        Action::Hold(hold) => hold_everywhere(sim, hold).await,
+    }
+}
+
+/// Sets `hold` on every running node through its chaos admin API: a
+/// client subscribes on one node, which only that node knows. A node that
+/// refuses is named in the log; the run goes on.
+async fn hold_everywhere(sim: &Sim, hold: &crate::scenario::Hold) {
+    let http = reqwest::Client::new();
+    let form = hold.form();
+    for (id, node) in sim.nodes() {
+        if sim.node(*id).is_none() {
+            continue;
+        }
+        let url = format!("http://{}/understudy/v1/chaos/hold", node.http);
+        match http.post(&url).form(&form).send().await {
+            Ok(answer) if answer.status().is_success() => {}
+            Ok(answer) => {
+                let status = answer.status();
+                let body = answer.text().await.unwrap_or_default();
+                tracing::warn!(node = id, %status, body, "{hold}: refused");
+            }
+            Err(e) => tracing::warn!(node = id, error = %e, "{hold}: not set"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hold_action_is_set_on_every_running_node() {
+        let spec = SimSpec {
+            dcs: vec![("hz".into(), 2), ("sh".into(), 1)],
+            links: Vec::new(),
+            apply_delays: BTreeMap::new(),
+            seed: 1,
+            bind: std::net::IpAddr::from([127, 0, 0, 1]),
+            base_port: 0,
+            settings: understudy_server::config::Settings {
+                log: None,
+                ..understudy_server::sim::raft_timings(50)
+            },
+        };
+        let mut sim = Sim::start(&spec, Duration::from_secs(30)).await.unwrap();
+        sim.kill(3);
+        let words = ["orders", "enable=10.0.0.7:80", "timeout=2s"];
+        let hold = crate::scenario::Hold::parse(&words).unwrap();
+        hold_everywhere(&sim, &hold).await;
+        let http = reqwest::Client::new();
+        for id in [1, 2] {
+            let url = format!("http://{}/understudy/v1/chaos/holds", sim.nodes()[&id].http);
+            let body: serde_json::Value = http.get(url).send().await.unwrap().json().await.unwrap();
+            let holds = body["holds"].as_array().cloned().unwrap_or_default();
+            assert_eq!(holds.len(), 1, "node {id}: {body}");
+            assert_eq!(holds[0]["service"], "DEFAULT_GROUP@@orders");
+            assert_eq!(holds[0]["timeoutMs"], 2000);
+            assert_eq!(
+                holds[0]["action"],
+                "update 10.0.0.7:80@DEFAULT: enabled=true"
+            );
+        }
+        sim.stop().await;
     }
 }

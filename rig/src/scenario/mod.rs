@@ -44,8 +44,10 @@ use thiserror::Error;
 use understudy_server::faults::{parse_duration, parse_faults, LinkSpec, PushFault};
 use understudy_server::raft::NodeId;
 
+mod hold;
 pub mod serving;
 
+pub use hold::Hold;
 pub use serving::{Api, BalancerSpec, ConsumerGroup, ProviderGroup, RouterSpec, ServiceTime};
 
 /// A scenario line that cannot be used.
@@ -98,6 +100,8 @@ pub enum Action {
     },
     /// Set a link of the call network.
     CallLink(LinkSpec),
+    /// Set a client-race hold on every running node.
+    Hold(Hold),
 }
 
 /// Which serving providers an action names: a zone's, or one of them.
@@ -161,6 +165,7 @@ impl fmt::Display for Action {
                 lasting.as_millis()
             ),
             Action::CallLink(spec) => write!(f, "call-link {spec}"),
+            Action::Hold(hold) => hold.fmt(f),
         }
     }
 }
@@ -618,6 +623,7 @@ fn action(words: &[&str]) -> Result<Action, String> {
             _ => return Err("expected: slow-providers ZONE xK for DURATION".into()),
         },
         "call-link" => Action::CallLink(link(rest)?),
+        "hold" => Action::Hold(Hold::parse(rest)?),
         "pause" => Action::Pause(node(rest, "pause")?),
         "resume" => Action::Resume(node(rest, "resume")?),
         other => return Err(format!("unknown action '{other}'")),
