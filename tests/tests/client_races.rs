@@ -145,8 +145,8 @@ async fn a_held_request_is_answered_only_after_the_actions_push_was_acknowledged
     // The push goes out as the change is applied, so it may be recorded
     // before the action's own return.
     let mut sorted = order.clone();
+    sorted.retain(|e| *e != "actionApplied");
     if let Some(at) = sorted.iter().position(|e| *e == "pushSent") {
-        sorted.retain(|e| *e != "actionApplied");
         sorted.insert(at, "actionApplied");
     }
     assert_eq!(
