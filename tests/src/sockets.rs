@@ -79,8 +79,22 @@ pub fn connected_to(server: SocketAddr) -> anyhow::Result<Vec<TcpSocket>> {
 /// Checks every port of every node in `servers`: the sockets accepted on
 /// its HTTP, gRPC and raft listeners, and those the nodes opened to each
 /// other's raft ports, are all there and all carry `TCP_NODELAY`. Each
-/// port must have been used once (a request answered) before.
-pub fn check_nodelay(servers: &[crate::Server]) -> anyhow::Result<()> {
+/// port must have been used once (a request answered) before. A socket
+/// caught between its connect and the option being set (a raft link
+/// reconnecting, a test beside this one in the process) is given up to
+/// 2 s to get it: only a socket that stays without it fails the check.
+pub async fn check_nodelay(servers: &[crate::Server]) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        match check_nodelay_now(servers) {
+            Ok(()) => return Ok(()),
+            Err(e) if tokio::time::Instant::now() >= deadline => return Err(e),
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+        }
+    }
+}
+
+fn check_nodelay_now(servers: &[crate::Server]) -> anyhow::Result<()> {
     for (n, server) in servers.iter().enumerate() {
         let mut ports = vec![("HTTP", server.http), ("gRPC", server.grpc)];
         ports.extend(server.raft.map(|raft| ("raft", raft)));

@@ -55,7 +55,7 @@ async fn every_port_and_raft_link_sends_without_delay() -> anyhow::Result<()> {
         });
         assert!(applied.await, "{} did not apply every write", server.http);
     }
-    sockets::check_nodelay(&servers)?;
+    sockets::check_nodelay(&servers).await?;
     drop(kept);
     drop(clients);
     for server in servers {

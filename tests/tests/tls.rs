@@ -212,7 +212,7 @@ async fn cluster_nodes_verify_each_other_over_tls() -> anyhow::Result<()> {
         );
     }
     // The TLS ports too send without Nagle's delay (see nodelay.rs).
-    understudy_tests::sockets::check_nodelay(&servers)?;
+    understudy_tests::sockets::check_nodelay(&servers).await?;
     drop(clients);
     for server in servers {
         server.stop().await?;
